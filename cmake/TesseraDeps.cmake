@@ -1,0 +1,41 @@
+# Every dependency is a Debian package (scripts/install_deps.sh installs them).
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
+find_package(cppzmq REQUIRED)
+find_package(gflags REQUIRED)
+find_package(glog REQUIRED)
+find_package(GTest REQUIRED)
+find_package(Gloo REQUIRED)
+find_package(RocksDB REQUIRED)
+find_package(nlohmann_json REQUIRED)
+# OpenBLAS itself, not the libblas.so.3 alternative: the reference BLAS that the
+# alternative may point to is ~15x slower on the dense layers.
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+
+# Debian's Gloo package declares an imported target without its include path
+# on some versions; make it usable on its own.
+if(TARGET gloo)
+  get_target_property(_gloo_inc gloo INTERFACE_INCLUDE_DIRECTORIES)
+  if(NOT _gloo_inc)
+    set_target_properties(gloo PROPERTIES INTERFACE_INCLUDE_DIRECTORIES /usr/include)
+  endif()
+endif()
+
+# CUDA: found when nvcc is on PATH or in /usr/local/cuda.
+set(TESSERA_CUDA_ENABLED OFF)
+if(NOT TESSERA_WITH_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(TESSERA_CUDA_ENABLED ON)
+  elseif(TESSERA_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "TESSERA_WITH_CUDA=ON but no CUDA compiler was found")
+  endif()
+endif()
+message(STATUS "Tessera: CUDA kernels ${TESSERA_CUDA_ENABLED}")
