@@ -1,0 +1,415 @@
+#include "common/job_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/json_fields.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+constexpr int64_t kMaxI64 = std::numeric_limits<int64_t>::max();
+
+const char* const kOptimizers[] = {"sgd", "adagrad", "rowwise_adagrad", "adam"};
+const char* const kShardingTypes[] = {"table_wise", "row_wise", "column_wise", "table_row_wise", "data_parallel"};
+
+template <size_t N>
+bool OneOf(const std::string& s, const char* const (&names)[N]) {
+  for (const char* n : names) {
+    if (s == n) return true;
+  }
+  return false;
+}
+
+template <size_t N>
+std::string Join(const char* const (&names)[N]) {
+  std::string out;
+  for (const char* n : names) out += out.empty() ? n : std::string(", ") + n;
+  return out;
+}
+
+uint64_t HashName(uint64_t seed, const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ULL ^ seed;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
+  return h & 0x7fffffffffffffffULL;  // stays a non-negative JSON integer
+}
+
+Status ParseOptimizer(const json& j, const std::string& path, OptimizerSpec* out) {
+  JsonFields f(j, path);
+  TESSERA_RETURN_IF_ERROR(
+      f.OnlyKeys({"type", "lr", "eps", "beta1", "beta2", "weight_decay", "initial_accumulator"}));
+  TESSERA_RETURN_IF_ERROR(f.String("type", &out->type, false));
+  if (!OneOf(out->type, kOptimizers)) {
+    return Status::InvalidArgument(f.PathOf("type") + ": unknown optimizer '" + out->type + "' (known: " +
+                                   Join(kOptimizers) + ")");
+  }
+  TESSERA_RETURN_IF_ERROR(f.Float("lr", &out->lr, false));
+  TESSERA_RETURN_IF_ERROR(f.Float("eps", &out->eps, false));
+  TESSERA_RETURN_IF_ERROR(f.Float("beta1", &out->beta1, false));
+  TESSERA_RETURN_IF_ERROR(f.Float("beta2", &out->beta2, false));
+  TESSERA_RETURN_IF_ERROR(f.Float("weight_decay", &out->weight_decay, false));
+  TESSERA_RETURN_IF_ERROR(f.Float("initial_accumulator", &out->initial_accumulator, false));
+  if (out->lr < 0) return Status::InvalidArgument(f.PathOf("lr") + ": must be >= 0");
+  if (out->eps <= 0) return Status::InvalidArgument(f.PathOf("eps") + ": must be > 0");
+  if (out->beta1 < 0 || out->beta1 >= 1 || out->beta2 < 0 || out->beta2 >= 1) {
+    return Status::InvalidArgument(path + ": beta1 and beta2 must be in [0, 1)");
+  }
+  if (out->initial_accumulator < 0) return Status::InvalidArgument(f.PathOf("initial_accumulator") + ": must be >= 0");
+  return Status::OK();
+}
+
+json OptimizerToJson(const OptimizerSpec& o) {
+  return json{{"type", o.type},   {"lr", o.lr},
+              {"eps", o.eps},     {"beta1", o.beta1},
+              {"beta2", o.beta2}, {"weight_decay", o.weight_decay},
+              {"initial_accumulator", o.initial_accumulator}};
+}
+
+Status ParseInitializer(const json& j, const std::string& path, InitializerSpec* out) {
+  JsonFields f(j, path);
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"type", "low", "high", "mean", "std"}));
+  TESSERA_RETURN_IF_ERROR(f.String("type", &out->type, false));
+  if (out->type != "uniform" && out->type != "normal" && out->type != "zeros") {
+    return Status::InvalidArgument(f.PathOf("type") + ": unknown initializer '" + out->type +
+                                   "' (known: uniform, normal, zeros)");
+  }
+  TESSERA_RETURN_IF_ERROR(f.Float("low", &out->low, false));
+  TESSERA_RETURN_IF_ERROR(f.Float("high", &out->high, false));
+  TESSERA_RETURN_IF_ERROR(f.Float("mean", &out->mean, false));
+  TESSERA_RETURN_IF_ERROR(f.Float("std", &out->std, false));
+  if (out->type == "uniform" && !(out->low <= out->high)) {
+    return Status::InvalidArgument(path + ": uniform initializer needs low <= high");
+  }
+  if (out->type == "normal" && out->std < 0) return Status::InvalidArgument(f.PathOf("std") + ": must be >= 0");
+  return Status::OK();
+}
+
+Status ParsePooling(const std::string& s, const std::string& path, PoolingType* out) {
+  if (s == "SUM" || s == "sum") {
+    *out = PoolingType::kSum;
+  } else if (s == "MEAN" || s == "mean") {
+    *out = PoolingType::kMean;
+  } else if (s == "NONE" || s == "none") {
+    *out = PoolingType::kNone;
+  } else {
+    return Status::InvalidArgument(path + ": unknown pooling '" + s + "' (known: SUM, MEAN, NONE)");
+  }
+  return Status::OK();
+}
+
+Status ParseTable(const json& j, const std::string& path, const TrainingConfig& training, TableConfig* t) {
+  JsonFields f(j, path);
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"name", "num_embeddings", "embedding_dim", "feature_names", "pooling",
+                                      "optimizer", "initializer", "seed", "sharding_type"}));
+  TESSERA_RETURN_IF_ERROR(f.String("name", &t->name, true));
+  if (t->name.empty()) return Status::InvalidArgument(f.PathOf("name") + ": must not be empty");
+  TESSERA_RETURN_IF_ERROR(f.Int("num_embeddings", &t->num_embeddings, true, 1, kMaxI64));
+  int64_t dim = 0;
+  TESSERA_RETURN_IF_ERROR(f.Int("embedding_dim", &dim, true, 1, 1 << 16));
+  t->embedding_dim = static_cast<int>(dim);
+  TESSERA_RETURN_IF_ERROR(f.StringList("feature_names", &t->feature_names, true));
+  if (t->feature_names.empty()) return Status::InvalidArgument(f.PathOf("feature_names") + ": needs at least one");
+  std::string pooling = "SUM";
+  TESSERA_RETURN_IF_ERROR(f.String("pooling", &pooling, false));
+  TESSERA_RETURN_IF_ERROR(ParsePooling(pooling, f.PathOf("pooling"), &t->pooling));
+  t->optimizer = training.sparse_optimizer;
+  if (const json* o = f.Get("optimizer")) TESSERA_RETURN_IF_ERROR(ParseOptimizer(*o, f.PathOf("optimizer"), &t->optimizer));
+  if (const json* i = f.Get("initializer")) {
+    TESSERA_RETURN_IF_ERROR(ParseInitializer(*i, f.PathOf("initializer"), &t->initializer));
+  }
+  int64_t seed = -1;
+  TESSERA_RETURN_IF_ERROR(f.Int("seed", &seed, false, 0, kMaxI64));
+  t->seed = seed >= 0 ? static_cast<uint64_t>(seed) : HashName(training.seed, t->name);
+  TESSERA_RETURN_IF_ERROR(f.String("sharding_type", &t->sharding_type, false));
+  if (!t->sharding_type.empty() && !OneOf(t->sharding_type, kShardingTypes)) {
+    return Status::InvalidArgument(f.PathOf("sharding_type") + ": unknown sharding type '" + t->sharding_type +
+                                   "' (known: " + Join(kShardingTypes) + ")");
+  }
+  return Status::OK();
+}
+
+Status ParseData(const json& j, DataConfig* d, const std::string& base_dir) {
+  JsonFields f(j, "data");
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"source", "path", "eval_path", "fallback_to_synthetic", "max_examples",
+                                      "num_examples", "ids_per_bag", "zipf", "labels", "weighted"}));
+  TESSERA_RETURN_IF_ERROR(f.String("source", &d->source, true));
+  if (d->source != "criteo" && d->source != "synthetic") {
+    return Status::InvalidArgument("data.source: unknown source '" + d->source + "' (known: criteo, synthetic)");
+  }
+  TESSERA_RETURN_IF_ERROR(f.String("path", &d->path, d->source == "criteo"));
+  TESSERA_RETURN_IF_ERROR(f.String("eval_path", &d->eval_path, false));
+  auto resolve = [&](std::string* p) {
+    if (!p->empty() && std::filesystem::path(*p).is_relative() && !base_dir.empty()) {
+      *p = (std::filesystem::path(base_dir) / *p).lexically_normal().string();
+    }
+  };
+  resolve(&d->path);
+  resolve(&d->eval_path);
+  TESSERA_RETURN_IF_ERROR(f.Bool("fallback_to_synthetic", &d->fallback_to_synthetic, false));
+  TESSERA_RETURN_IF_ERROR(f.Int("max_examples", &d->max_examples, false, 0, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("num_examples", &d->num_examples, false, 1, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("ids_per_bag", &d->ids_per_bag, false, 0, 1 << 20));
+  TESSERA_RETURN_IF_ERROR(f.Float("zipf", &d->zipf, false));
+  if (d->zipf < 0) return Status::InvalidArgument("data.zipf: must be >= 0");
+  TESSERA_RETURN_IF_ERROR(f.String("labels", &d->labels, false));
+  if (d->labels != "learnable" && d->labels != "random") {
+    return Status::InvalidArgument("data.labels: must be 'learnable' or 'random', got '" + d->labels + "'");
+  }
+  TESSERA_RETURN_IF_ERROR(f.Bool("weighted", &d->weighted, false));
+  return Status::OK();
+}
+
+Status ParseTraining(const json& j, TrainingConfig* t) {
+  JsonFields f(j, "training");
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"batch_size", "steps", "epochs", "dense_optimizer", "sparse_optimizer",
+                                      "consistency", "seed", "log_every"}));
+  TESSERA_RETURN_IF_ERROR(f.Int("batch_size", &t->batch_size, true, 1, 1 << 24));
+  TESSERA_RETURN_IF_ERROR(f.Int("steps", &t->steps, false, 0, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("epochs", &t->epochs, false, 0, 1 << 20));
+  if (t->steps == 0 && t->epochs == 0) return Status::InvalidArgument("training: set steps or epochs (both are 0)");
+  if (const json* o = f.Get("dense_optimizer")) {
+    TESSERA_RETURN_IF_ERROR(ParseOptimizer(*o, "training.dense_optimizer", &t->dense_optimizer));
+  }
+  if (const json* o = f.Get("sparse_optimizer")) {
+    TESSERA_RETURN_IF_ERROR(ParseOptimizer(*o, "training.sparse_optimizer", &t->sparse_optimizer));
+  }
+  std::string mode = "sync";
+  TESSERA_RETURN_IF_ERROR(f.String("consistency", &mode, false));
+  if (mode == "sync") {
+    t->consistency = Consistency::kSync;
+  } else if (mode == "async") {
+    t->consistency = Consistency::kAsync;
+  } else {
+    return Status::InvalidArgument("training.consistency: must be 'sync' or 'async', got '" + mode + "'");
+  }
+  int64_t seed = 0;
+  TESSERA_RETURN_IF_ERROR(f.Int("seed", &seed, false, 0, kMaxI64));
+  t->seed = static_cast<uint64_t>(seed);
+  TESSERA_RETURN_IF_ERROR(f.Int("log_every", &t->log_every, false, 1, kMaxI64));
+  return Status::OK();
+}
+
+Status ParseModel(const json& j, ModelConfig* m) {
+  JsonFields f(j, "model");
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"num_dense_features", "bottom_mlp", "top_mlp"}));
+  int64_t dense = 0;
+  TESSERA_RETURN_IF_ERROR(f.Int("num_dense_features", &dense, false, 0, 1 << 20));
+  m->num_dense_features = static_cast<int>(dense);
+  TESSERA_RETURN_IF_ERROR(f.IntList("bottom_mlp", &m->bottom_mlp, false, 1));
+  TESSERA_RETURN_IF_ERROR(f.IntList("top_mlp", &m->top_mlp, true, 1));
+  if (m->top_mlp.empty() || m->top_mlp.back() != 1) {
+    return Status::InvalidArgument("model.top_mlp: must end with 1 (one logit), e.g. [64, 1]");
+  }
+  if (!m->bottom_mlp.empty() && m->num_dense_features == 0) {
+    return Status::InvalidArgument("model.bottom_mlp: given but model.num_dense_features is 0");
+  }
+  return Status::OK();
+}
+
+Status Validate(const JobConfig& c) {
+  std::set<std::string> names, features;
+  for (const TableConfig& t : c.tables) {
+    if (!names.insert(t.name).second) return Status::InvalidArgument("tables: two tables are named '" + t.name + "'");
+    for (const std::string& feature : t.feature_names) {
+      if (!features.insert(feature).second) {
+        return Status::InvalidArgument("tables: feature '" + feature + "' is listed by more than one table");
+      }
+    }
+  }
+  if (c.tables.empty()) return Status::InvalidArgument("tables: at least one table is needed");
+  if (c.model.bottom_mlp.empty() && c.model.num_dense_features > 0) {
+    // Dense features then enter the top MLP directly, which is allowed.
+  }
+  if (c.data.source == "criteo") {
+    for (const std::string& feature : features) {
+      bool ok = feature.size() >= 2 && feature[0] == 'C';
+      int col = 0;
+      if (ok) {
+        try {
+          col = std::stoi(feature.substr(1));
+        } catch (...) {
+          ok = false;
+        }
+      }
+      if (!ok || col < 1 || col > 26 || feature != "C" + std::to_string(col)) {
+        return Status::InvalidArgument("feature '" + feature + "': the criteo source has features C1..C26 only");
+      }
+    }
+    if (c.model.num_dense_features != 0 && c.model.num_dense_features != 13) {
+      return Status::InvalidArgument("model.num_dense_features: the criteo source has 13 dense features (or use 0)");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+const char* PoolingName(PoolingType p) {
+  switch (p) {
+    case PoolingType::kSum: return "SUM";
+    case PoolingType::kMean: return "MEAN";
+    case PoolingType::kNone: return "NONE";
+  }
+  return "?";
+}
+
+const char* ConsistencyName(Consistency c) { return c == Consistency::kSync ? "sync" : "async"; }
+
+int64_t TableConfig::RowBytes() const {
+  int64_t state = 0;
+  if (optimizer.type == "adagrad") state = embedding_dim;
+  if (optimizer.type == "rowwise_adagrad") state = 1;
+  if (optimizer.type == "adam") state = 2 * static_cast<int64_t>(embedding_dim) + 1;
+  return 4 * (embedding_dim + state);
+}
+
+int JobConfig::TableOfFeature(const std::string& feature) const {
+  for (size_t t = 0; t < tables.size(); ++t) {
+    for (const std::string& f : tables[t].feature_names) {
+      if (f == feature) return static_cast<int>(t);
+    }
+  }
+  return -1;
+}
+
+std::vector<std::string> JobConfig::FeatureNames() const {
+  std::vector<std::string> out;
+  for (const TableConfig& t : tables) out.insert(out.end(), t.feature_names.begin(), t.feature_names.end());
+  return out;
+}
+
+int64_t JobConfig::InteractionWidth() const {
+  int64_t width = model.bottom_mlp.empty() ? model.num_dense_features : model.bottom_mlp.back();
+  for (const TableConfig& t : tables) {
+    width += static_cast<int64_t>(t.feature_names.size()) * t.embedding_dim;
+  }
+  return width;
+}
+
+StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_dir) {
+  JsonFields f(j, "");
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"name", "cluster", "tables", "model", "data", "training", "runtime"}));
+  JobConfig c;
+  TESSERA_RETURN_IF_ERROR(f.String("name", &c.name, false));
+  if (const json* cl = f.Get("cluster")) {
+    JsonFields cf(*cl, "cluster");
+    TESSERA_RETURN_IF_ERROR(cf.OnlyKeys({"num_ps", "num_trainers"}));
+    int64_t ps = c.cluster.num_ps, tr = c.cluster.num_trainers;
+    TESSERA_RETURN_IF_ERROR(cf.Int("num_ps", &ps, false, 1, 4096));
+    TESSERA_RETURN_IF_ERROR(cf.Int("num_trainers", &tr, false, 1, 4096));
+    c.cluster.num_ps = static_cast<int>(ps);
+    c.cluster.num_trainers = static_cast<int>(tr);
+  }
+  const json* training = nullptr;
+  TESSERA_RETURN_IF_ERROR(f.Object("training", true, &training));
+  TESSERA_RETURN_IF_ERROR(ParseTraining(*training, &c.training));
+  const json* model = nullptr;
+  TESSERA_RETURN_IF_ERROR(f.Object("model", true, &model));
+  TESSERA_RETURN_IF_ERROR(ParseModel(*model, &c.model));
+  const json* data = nullptr;
+  TESSERA_RETURN_IF_ERROR(f.Object("data", true, &data));
+  TESSERA_RETURN_IF_ERROR(ParseData(*data, &c.data, base_dir));
+  const json* tables = f.Get("tables");
+  if (tables == nullptr || !tables->is_array()) return Status::InvalidArgument("tables: required list is missing");
+  for (size_t i = 0; i < tables->size(); ++i) {
+    TableConfig t;
+    TESSERA_RETURN_IF_ERROR(ParseTable((*tables)[i], "tables[" + std::to_string(i) + "]", c.training, &t));
+    c.tables.push_back(std::move(t));
+  }
+  if (const json* rt = f.Get("runtime")) {
+    JsonFields rf(*rt, "runtime");
+    TESSERA_RETURN_IF_ERROR(rf.OnlyKeys(
+        {"heartbeat_ms", "peer_timeout_ms", "rpc_timeout_ms", "context_ttl_ms", "collective_timeout_ms"}));
+    TESSERA_RETURN_IF_ERROR(rf.Int("heartbeat_ms", &c.runtime.heartbeat_ms, false, 10, 600000));
+    TESSERA_RETURN_IF_ERROR(rf.Int("peer_timeout_ms", &c.runtime.peer_timeout_ms, false, 100, 86400000));
+    TESSERA_RETURN_IF_ERROR(rf.Int("rpc_timeout_ms", &c.runtime.rpc_timeout_ms, false, 100, 86400000));
+    TESSERA_RETURN_IF_ERROR(rf.Int("context_ttl_ms", &c.runtime.context_ttl_ms, false, 100, 86400000));
+    TESSERA_RETURN_IF_ERROR(rf.Int("collective_timeout_ms", &c.runtime.collective_timeout_ms, false, 100, 86400000));
+    if (c.runtime.peer_timeout_ms <= c.runtime.heartbeat_ms) {
+      return Status::InvalidArgument("runtime.peer_timeout_ms: must exceed runtime.heartbeat_ms");
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(Validate(c));
+  return c;
+}
+
+StatusOr<JobConfig> ParseJobConfig(const std::string& text, const std::string& base_dir) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  if (j.is_discarded()) return Status::InvalidArgument("job config is not valid JSON");
+  return ParseJobConfigJson(j, base_dir);
+}
+
+StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("cannot read job config " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string dir = std::filesystem::absolute(path).parent_path().string();
+  auto c = ParseJobConfig(ss.str(), dir);
+  if (!c.ok()) return c.status().WithContext(path);
+  return c;
+}
+
+json JobConfig::ToJson() const {
+  json tables_json = json::array();
+  for (const TableConfig& t : tables) {
+    json init = {{"type", t.initializer.type},
+                 {"low", t.initializer.low},
+                 {"high", t.initializer.high},
+                 {"mean", t.initializer.mean},
+                 {"std", t.initializer.std}};
+    json tj = {{"name", t.name},
+               {"num_embeddings", t.num_embeddings},
+               {"embedding_dim", t.embedding_dim},
+               {"feature_names", t.feature_names},
+               {"pooling", PoolingName(t.pooling)},
+               {"optimizer", OptimizerToJson(t.optimizer)},
+               {"initializer", init},
+               {"seed", t.seed}};
+    if (!t.sharding_type.empty()) tj["sharding_type"] = t.sharding_type;
+    tables_json.push_back(std::move(tj));
+  }
+  return json{
+      {"name", name},
+      {"cluster", {{"num_ps", cluster.num_ps}, {"num_trainers", cluster.num_trainers}}},
+      {"tables", tables_json},
+      {"model",
+       {{"num_dense_features", model.num_dense_features},
+        {"bottom_mlp", model.bottom_mlp},
+        {"top_mlp", model.top_mlp}}},
+      {"data",
+       {{"source", data.source},
+        {"path", data.path},
+        {"eval_path", data.eval_path},
+        {"fallback_to_synthetic", data.fallback_to_synthetic},
+        {"max_examples", data.max_examples},
+        {"num_examples", data.num_examples},
+        {"ids_per_bag", data.ids_per_bag},
+        {"zipf", data.zipf},
+        {"labels", data.labels},
+        {"weighted", data.weighted}}},
+      {"training",
+       {{"batch_size", training.batch_size},
+        {"steps", training.steps},
+        {"epochs", training.epochs},
+        {"dense_optimizer", OptimizerToJson(training.dense_optimizer)},
+        {"sparse_optimizer", OptimizerToJson(training.sparse_optimizer)},
+        {"consistency", ConsistencyName(training.consistency)},
+        {"seed", training.seed},
+        {"log_every", training.log_every}}},
+      {"runtime",
+       {{"heartbeat_ms", runtime.heartbeat_ms},
+        {"peer_timeout_ms", runtime.peer_timeout_ms},
+        {"rpc_timeout_ms", runtime.rpc_timeout_ms},
+        {"context_ttl_ms", runtime.context_ttl_ms},
+        {"collective_timeout_ms", runtime.collective_timeout_ms}}},
+  };
+}
+
+}  // namespace tessera

@@ -1,0 +1,144 @@
+// The job config: what a user writes (JSON, documented in docs/configuration.md)
+// and what the master hands to every server and trainer.
+//
+// Names follow TorchRec where it has one: a table is an EmbeddingBagConfig
+// (name, num_embeddings, embedding_dim, feature_names, pooling).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/status.h"
+
+namespace tessera {
+
+enum class PoolingType : uint8_t { kSum = 0, kMean = 1, kNone = 2 };
+enum class Consistency : uint8_t { kSync = 0, kAsync = 1 };
+
+const char* PoolingName(PoolingType p);
+const char* ConsistencyName(Consistency c);
+
+// An optimizer and its hyper-parameters. type: sgd, adagrad, rowwise_adagrad, adam.
+struct OptimizerSpec {
+  std::string type = "sgd";
+  double lr = 0.01;
+  double eps = 1e-8;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double weight_decay = 0.0;
+  double initial_accumulator = 0.0;
+};
+
+// How a table's rows start. type: uniform (low, high), normal (mean, std), zeros.
+struct InitializerSpec {
+  std::string type = "uniform";
+  double low = -0.05;
+  double high = 0.05;
+  double mean = 0.0;
+  double std = 1.0;
+};
+
+struct TableConfig {
+  std::string name;
+  int64_t num_embeddings = 0;
+  int embedding_dim = 0;
+  std::vector<std::string> feature_names;
+  PoolingType pooling = PoolingType::kSum;
+  OptimizerSpec optimizer;  // defaults to training.sparse_optimizer
+  InitializerSpec initializer;
+  // Seed of the table's row initializer. Defaults to one derived from the job
+  // seed and the table's name, so reordering tables changes nothing.
+  uint64_t seed = 0;
+  // table_wise, row_wise, column_wise, table_row_wise, data_parallel, or
+  // empty to let the planner choose.
+  std::string sharding_type;
+
+  // Bytes of one stored row: weights plus optimizer state, float32.
+  int64_t RowBytes() const;
+};
+
+// DLRM-style: bottom MLP on the dense features, concatenated with the pooled
+// embeddings of every feature (in table order, then feature order), top MLP
+// ending in one logit, BCE-with-logits loss.
+struct ModelConfig {
+  int num_dense_features = 0;
+  // Output sizes of the bottom layers (ReLU after each); empty = no bottom MLP.
+  std::vector<int64_t> bottom_mlp;
+  // Output sizes of the top layers (ReLU between); the last must be 1.
+  std::vector<int64_t> top_mlp;
+};
+
+struct DataConfig {
+  // "criteo" (a Criteo TSV file) or "synthetic".
+  std::string source = "synthetic";
+  std::string path;       // criteo: the TSV, absolute once loaded
+  std::string eval_path;  // criteo: optional held-out TSV, evaluated at the end
+  // criteo: when the file is missing, train on synthetic data instead of failing.
+  bool fallback_to_synthetic = false;
+  int64_t max_examples = 0;  // criteo: 0 = all rows
+  // synthetic:
+  int64_t num_examples = 100000;
+  int64_t ids_per_bag = 1;
+  double zipf = 1.05;
+  std::string labels = "learnable";  // or "random"
+  bool weighted = false;             // per-id weights for weighted pooling
+};
+
+struct TrainingConfig {
+  int64_t batch_size = 128;  // per trainer
+  int64_t steps = 0;         // 0: run `epochs` epochs
+  int64_t epochs = 1;
+  OptimizerSpec dense_optimizer;
+  OptimizerSpec sparse_optimizer;  // default of every table
+  Consistency consistency = Consistency::kSync;
+  uint64_t seed = 0;
+  int64_t log_every = 10;  // master prints progress every this many steps
+};
+
+struct ClusterConfig {
+  int num_ps = 1;
+  int num_trainers = 1;
+};
+
+// Liveness and deadlines; the defaults suit a LAN.
+struct RuntimeConfig {
+  int64_t heartbeat_ms = 500;
+  // A peer silent for this long is dead: the master ends the job.
+  int64_t peer_timeout_ms = 10000;
+  // Deadline of one lookup or push (a sync lookup waits for slower trainers).
+  int64_t rpc_timeout_ms = 120000;
+  // A backward context never completed is dropped after this long.
+  int64_t context_ttl_ms = 300000;
+  // Gloo collective timeout.
+  int64_t collective_timeout_ms = 120000;
+};
+
+struct JobConfig {
+  std::string name = "tessera-job";
+  ClusterConfig cluster;
+  std::vector<TableConfig> tables;
+  ModelConfig model;
+  DataConfig data;
+  TrainingConfig training;
+  RuntimeConfig runtime;
+
+  // Index of the table holding `feature`, or -1.
+  int TableOfFeature(const std::string& feature) const;
+  // Every feature name in model order (tables in order, then their features).
+  std::vector<std::string> FeatureNames() const;
+  // Width of the concatenation feeding the top MLP.
+  int64_t InteractionWidth() const;
+
+  nlohmann::json ToJson() const;
+};
+
+// Parses and validates. Relative data paths are resolved against base_dir.
+StatusOr<JobConfig> ParseJobConfig(const std::string& text, const std::string& base_dir);
+StatusOr<JobConfig> ParseJobConfigJson(const nlohmann::json& j, const std::string& base_dir);
+// Reads and parses a file; relative paths are resolved against its folder.
+StatusOr<JobConfig> LoadJobConfig(const std::string& path);
+
+}  // namespace tessera

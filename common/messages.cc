@@ -1,0 +1,132 @@
+#include "common/messages.h"
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera {
+
+Message EncodeLookupRequest(const LookupMeta& meta, std::vector<LookupEntry>&& entries,
+                            std::vector<int32_t>&& lengths, std::vector<int64_t>&& ids,
+                            std::vector<float>&& weights) {
+  Message m(Opcode::kLookup);
+  m.AddStruct(meta);
+  m.AddArray(std::move(entries));
+  m.AddArray(std::move(lengths));
+  m.AddArray(std::move(ids));
+  m.AddArray(std::move(weights));
+  return m;
+}
+
+StatusOr<LookupRequest> DecodeLookupRequest(Message&& m) {
+  TESSERA_RETURN_IF_ERROR(ExpectFrames(m, 5));
+  LookupRequest r;
+  r.source = std::move(m);
+  TESSERA_RETURN_IF_ERROR(ReadStruct(r.source, 0, "lookup meta", &r.meta));
+  TESSERA_RETURN_IF_ERROR(r.entries.Read(r.source, 1, "lookup entries"));
+  TESSERA_RETURN_IF_ERROR(r.lengths.Read(r.source, 2, "lengths"));
+  TESSERA_RETURN_IF_ERROR(r.ids.Read(r.source, 3, "ids"));
+  TESSERA_RETURN_IF_ERROR(r.weights.Read(r.source, 4, "weights"));
+
+  uint64_t bags = 0, ids = 0, weighted_ids = 0;
+  for (const LookupEntry& e : r.entries.span()) {
+    bags += e.num_bags;
+    ids += e.num_ids;
+    if (e.flags & ~(kEntryWeighted | kEntrySumPartial)) {
+      return Status::InvalidArgument("lookup entry has unknown flags " + std::to_string(e.flags));
+    }
+    if (e.weighted()) weighted_ids += e.num_ids;
+  }
+  if (bags != r.lengths.size()) {
+    return Status::InvalidArgument("lookup entries announce " + std::to_string(bags) + " bags but " +
+                                   std::to_string(r.lengths.size()) + " lengths were sent");
+  }
+  if (ids != r.ids.size()) {
+    return Status::InvalidArgument("lookup entries announce " + std::to_string(ids) + " ids but " +
+                                   std::to_string(r.ids.size()) + " were sent");
+  }
+  if (weighted_ids != r.weights.size()) {
+    return Status::InvalidArgument("lookup has " + std::to_string(r.weights.size()) + " weights for " +
+                                   std::to_string(weighted_ids) + " weighted ids");
+  }
+  size_t bag = 0;
+  for (size_t i = 0; i < r.entries.size(); ++i) {
+    const LookupEntry& e = r.entries[i];
+    int64_t sum = 0;
+    for (uint32_t b = 0; b < e.num_bags; ++b, ++bag) {
+      const int32_t len = r.lengths[bag];
+      if (len < 0) return Status::InvalidArgument("negative bag length in lookup entry " + std::to_string(i));
+      sum += len;
+    }
+    if (sum != e.num_ids) {
+      return Status::InvalidArgument("lengths of lookup entry " + std::to_string(i) + " sum to " +
+                                     std::to_string(sum) + " but it has " + std::to_string(e.num_ids) + " ids");
+    }
+  }
+  return r;
+}
+
+Message EncodeLookupResponse(const Header& request, std::vector<float>&& values) {
+  Message m = MakeReply(request);
+  m.AddArray(std::move(values));
+  return m;
+}
+
+Status DecodeLookupResponse(const Message& m, size_t expected_values, ArrayFrame<float>* values) {
+  TESSERA_RETURN_IF_ERROR(StatusFromReply(m));
+  TESSERA_RETURN_IF_ERROR(ExpectFrames(m, 1));
+  TESSERA_RETURN_IF_ERROR(values->Read(m, 0, "lookup values"));
+  if (values->size() != expected_values) {
+    return Status::InvalidArgument("lookup reply has " + std::to_string(values->size()) + " values, expected " +
+                                   std::to_string(expected_values));
+  }
+  return Status::OK();
+}
+
+Message EncodePushRequest(const PushMeta& meta, std::vector<PushEntry>&& entries, std::vector<float>&& grads) {
+  Message m(Opcode::kPushGradients);
+  m.AddStruct(meta);
+  m.AddArray(std::move(entries));
+  m.AddArray(std::move(grads));
+  return m;
+}
+
+StatusOr<PushRequest> DecodePushRequest(Message&& m) {
+  TESSERA_RETURN_IF_ERROR(ExpectFrames(m, 3));
+  PushRequest r;
+  r.source = std::move(m);
+  TESSERA_RETURN_IF_ERROR(ReadStruct(r.source, 0, "push meta", &r.meta));
+  TESSERA_RETURN_IF_ERROR(r.entries.Read(r.source, 1, "push entries"));
+  TESSERA_RETURN_IF_ERROR(r.grads.Read(r.source, 2, "gradients"));
+  uint64_t total = 0;
+  for (const PushEntry& e : r.entries.span()) total += static_cast<uint64_t>(e.rows) * e.cols;
+  if (total != r.grads.size()) {
+    return Status::InvalidArgument("push entries announce " + std::to_string(total) + " gradient values but " +
+                                   std::to_string(r.grads.size()) + " were sent");
+  }
+  return r;
+}
+
+Message EncodeJson(Opcode op, const nlohmann::json& body) {
+  Message m(op);
+  m.AddString(body.dump());
+  return m;
+}
+
+Message EncodeJsonReply(const Header& request, const nlohmann::json& body) {
+  Message m = MakeReply(request);
+  m.AddString(body.dump());
+  return m;
+}
+
+StatusOr<nlohmann::json> DecodeJson(const Message& m) {
+  TESSERA_RETURN_IF_ERROR(StatusFromReply(m));
+  TESSERA_RETURN_IF_ERROR(ExpectFrames(m, 1));
+  const auto& f = m.frames[0];
+  const char* begin = static_cast<const char*>(f.data());
+  nlohmann::json j = nlohmann::json::parse(begin, begin + f.size(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::InvalidArgument(std::string(OpcodeName(m.header.op)) + ": frame is not valid JSON");
+  return j;
+}
+
+}  // namespace tessera

@@ -1,0 +1,120 @@
+// Every data-plane message, defined once: its frame grammar, one Encode and
+// one Decode. Decode checks the structure (frame count, frame sizes, counts
+// that must agree); the receiving service checks meaning (the shard exists,
+// ids fall in it, gradients are finite). docs/wire_format.md mirrors this.
+//
+//   LookupRequest  := Header(op=LOOKUP) LookupMeta Entries Lengths Ids Weights
+//     LookupMeta   := trainer:u32 flags:u32 step:u64
+//     Entries      := LookupEntry[n]
+//     LookupEntry  := shard:u32 num_bags:u32 num_ids:u32 flags:u32
+//                     flags: bit 0 weighted (the entry has per-id weights),
+//                     bit 1 sum_partial (pool by SUM even for a MEAN table: the
+//                     trainer divides after adding the partials of row shards)
+//     Lengths      := int32[sum num_bags]       ids per bag, entry after entry
+//     Ids          := int64[sum num_ids]        row ids in the table's id space
+//     Weights      := float32[sum num_ids of weighted entries]
+//   LookupResponse := Header Values
+//     Values       := float32[sum over entries of out_rows x shard_cols]
+//                     out_rows = num_bags (pooled table) or num_ids (unpooled)
+//
+//   PushRequest    := Header(op=PUSH_GRADIENTS) PushMeta Entries Grads
+//     PushMeta     := trainer:u32 flags:u32 step:u64
+//     Entries      := PushEntry[n]; PushEntry := shard:u32 rows:u32 cols:u32 pad:u32
+//     Grads        := float32[sum rows x cols]  gradient of each output row the
+//                     lookup with the same (trainer, step) returned
+//   PushResponse   := Header                     (ALREADY_APPLIED for a retry)
+//
+//   JsonMessage    := Header Json                control plane (register, plan, ...)
+//     Json         := UTF-8 JSON text
+//
+// A (trainer, step) pair names a backward context (DESIGN.md §4): the lookup
+// opens it on each server, the push of the same pair closes it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/status.h"
+#include "common/wire_format.h"
+
+namespace tessera {
+
+struct LookupMeta {
+  uint32_t trainer = 0;
+  uint32_t flags = 0;  // kLookupNoContext
+  uint64_t step = 0;
+};
+// An inference lookup: no backward context is opened (evaluation).
+inline constexpr uint32_t kLookupNoContext = 1;
+static_assert(sizeof(LookupMeta) == 16);
+
+inline constexpr uint32_t kEntryWeighted = 1;
+inline constexpr uint32_t kEntrySumPartial = 2;
+
+struct LookupEntry {
+  uint32_t shard = 0;
+  uint32_t num_bags = 0;
+  uint32_t num_ids = 0;
+  uint32_t flags = 0;
+  bool weighted() const { return flags & kEntryWeighted; }
+  bool sum_partial() const { return flags & kEntrySumPartial; }
+};
+static_assert(sizeof(LookupEntry) == 16);
+
+struct PushMeta {
+  uint32_t trainer = 0;
+  uint32_t flags = 0;
+  uint64_t step = 0;
+};
+static_assert(sizeof(PushMeta) == 16);
+
+struct PushEntry {
+  uint32_t shard = 0;
+  uint32_t rows = 0;
+  uint32_t cols = 0;
+  uint32_t pad = 0;
+};
+static_assert(sizeof(PushEntry) == 16);
+
+// A decoded lookup. The spans point into `source`'s frames.
+struct LookupRequest {
+  Message source;
+  LookupMeta meta;
+  ArrayFrame<LookupEntry> entries;
+  ArrayFrame<int32_t> lengths;
+  ArrayFrame<int64_t> ids;
+  ArrayFrame<float> weights;
+};
+
+Message EncodeLookupRequest(const LookupMeta& meta, std::vector<LookupEntry>&& entries,
+                            std::vector<int32_t>&& lengths, std::vector<int64_t>&& ids,
+                            std::vector<float>&& weights);
+// Checks: 5 frames; sum of num_bags == lengths; lengths >= 0 and each entry's
+// lengths sum to its num_ids; sum of num_ids == ids; weights match.
+StatusOr<LookupRequest> DecodeLookupRequest(Message&& m);
+
+Message EncodeLookupResponse(const Header& request, std::vector<float>&& values);
+// Checks: one frame of exactly `expected_values` floats.
+Status DecodeLookupResponse(const Message& m, size_t expected_values, ArrayFrame<float>* values);
+
+struct PushRequest {
+  Message source;
+  PushMeta meta;
+  ArrayFrame<PushEntry> entries;
+  ArrayFrame<float> grads;
+};
+
+Message EncodePushRequest(const PushMeta& meta, std::vector<PushEntry>&& entries, std::vector<float>&& grads);
+// Checks: 3 frames; sum of rows x cols == grads.
+StatusOr<PushRequest> DecodePushRequest(Message&& m);
+
+// Control plane.
+Message EncodeJson(Opcode op, const nlohmann::json& body);
+// A reply to `request` carrying `body`.
+Message EncodeJsonReply(const Header& request, const nlohmann::json& body);
+// Checks: one frame that parses as JSON.
+StatusOr<nlohmann::json> DecodeJson(const Message& m);
+
+}  // namespace tessera

@@ -1,0 +1,163 @@
+// Round trips of the wire format and every structural validation error.
+#include "common/messages.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/wire_format.h"
+
+namespace tessera {
+namespace {
+
+// Simulates the network: the frames a receiver would get (copies).
+Message Transmit(const Message& m) {
+  Message out;
+  out.header = m.header;
+  out.header.frame_count = static_cast<uint16_t>(m.frames.size());
+  for (const auto& f : m.frames) out.frames.emplace_back(f.data(), f.size());
+  return out;
+}
+
+TEST(WireFormatTest, HeaderRoundTrip) {
+  Header h;
+  h.op = Opcode::kPushGradients;
+  h.request_id = 0x0123456789abcdefULL;
+  h.plan_version = 7;
+  h.status = StatusCode::kPlanChanged;
+  h.frame_count = 3;
+  uint8_t buf[kHeaderBytes];
+  EncodeHeader(h, buf);
+  Header d;
+  ASSERT_TRUE(DecodeHeader(buf, sizeof(buf), &d).ok());
+  EXPECT_EQ(d.op, h.op);
+  EXPECT_EQ(d.request_id, h.request_id);
+  EXPECT_EQ(d.plan_version, 7u);
+  EXPECT_EQ(d.status, StatusCode::kPlanChanged);
+  EXPECT_EQ(d.frame_count, 3);
+  // Little-endian on the wire whatever the host.
+  EXPECT_EQ(buf[0], 'T');
+  EXPECT_EQ(buf[8], 0xef);
+}
+
+TEST(WireFormatTest, HeaderErrors) {
+  Header h;
+  uint8_t buf[kHeaderBytes];
+  EncodeHeader(h, buf);
+  Header d;
+  EXPECT_EQ(DecodeHeader(buf, kHeaderBytes - 1, &d).code(), StatusCode::kInvalidArgument);  // truncated
+  uint8_t bad[kHeaderBytes];
+  std::memcpy(bad, buf, kHeaderBytes);
+  bad[0] = 'X';
+  EXPECT_NE(DecodeHeader(bad, kHeaderBytes, &d).message().find("magic"), std::string::npos);
+  std::memcpy(bad, buf, kHeaderBytes);
+  bad[4] = 99;
+  EXPECT_NE(DecodeHeader(bad, kHeaderBytes, &d).message().find("version"), std::string::npos);
+  std::memcpy(bad, buf, kHeaderBytes);
+  bad[20] = 200;
+  EXPECT_FALSE(DecodeHeader(bad, kHeaderBytes, &d).ok());
+  std::memcpy(bad, buf, kHeaderBytes);
+  bad[22] = 0xff;
+  bad[23] = 0xff;
+  EXPECT_FALSE(DecodeHeader(bad, kHeaderBytes, &d).ok());
+}
+
+Message SampleLookup() {
+  LookupMeta meta{3, 0, 42};
+  std::vector<LookupEntry> entries = {{5, 2, 3, 0}, {9, 1, 2, kEntryWeighted}};
+  return EncodeLookupRequest(meta, std::move(entries), {1, 2, 2}, {10, 11, 12, 7, 8}, {0.5f, 2.0f});
+}
+
+TEST(MessagesTest, LookupRoundTrip) {
+  auto r = DecodeLookupRequest(Transmit(SampleLookup()));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->meta.trainer, 3u);
+  EXPECT_EQ(r->meta.step, 42u);
+  ASSERT_EQ(r->entries.size(), 2u);
+  EXPECT_EQ(r->entries[1].shard, 9u);
+  EXPECT_EQ(r->lengths.size(), 3u);
+  EXPECT_EQ(r->ids[4], 8);
+  EXPECT_EQ(r->weights[1], 2.0f);
+  // The decoded spans stay valid when the request is moved around.
+  LookupRequest moved = std::move(r).value();
+  EXPECT_EQ(moved.ids[0], 10);
+}
+
+TEST(MessagesTest, LookupWrongFrameCount) {
+  Message m = Transmit(SampleLookup());
+  m.frames.pop_back();
+  EXPECT_NE(DecodeLookupRequest(std::move(m)).status().message().find("frames"), std::string::npos);
+}
+
+TEST(MessagesTest, LookupTruncatedFrame) {
+  Message m = Transmit(SampleLookup());
+  m.frames[3] = zmq::message_t(m.frames[3].data(), m.frames[3].size() - 3);  // ids cut mid-element
+  auto r = DecodeLookupRequest(std::move(m));
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("multiple"), std::string::npos);
+}
+
+TEST(MessagesTest, LookupLengthsNotSummingToIds) {
+  LookupMeta meta{0, 0, 1};
+  Message m = EncodeLookupRequest(meta, {{1, 2, 3, 0}}, {1, 1}, {1, 2, 3}, {});
+  auto r = DecodeLookupRequest(Transmit(m));
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("sum to 2"), std::string::npos) << r.status();
+}
+
+TEST(MessagesTest, LookupIdCountMismatch) {
+  Message m = EncodeLookupRequest(LookupMeta{}, {{1, 1, 3, 0}}, {3}, {1, 2}, {});
+  EXPECT_FALSE(DecodeLookupRequest(Transmit(m)).ok());
+}
+
+TEST(MessagesTest, LookupNegativeLength) {
+  Message m = EncodeLookupRequest(LookupMeta{}, {{1, 2, 0, 0}}, {-1, 1}, {}, {});
+  EXPECT_NE(DecodeLookupRequest(Transmit(m)).status().message().find("negative"), std::string::npos);
+}
+
+TEST(MessagesTest, LookupWeightsMismatch) {
+  Message m = EncodeLookupRequest(LookupMeta{}, {{1, 1, 2, 1}}, {2}, {1, 2}, {1.0f});
+  EXPECT_NE(DecodeLookupRequest(Transmit(m)).status().message().find("weights"), std::string::npos);
+}
+
+TEST(MessagesTest, LookupBadMetaSize) {
+  Message m = Transmit(SampleLookup());
+  m.frames[0] = zmq::message_t(8);
+  EXPECT_FALSE(DecodeLookupRequest(std::move(m)).ok());
+}
+
+TEST(MessagesTest, PushRoundTripAndErrors) {
+  Message m = EncodePushRequest(PushMeta{1, 0, 5}, {{2, 2, 3, 0}}, std::vector<float>(6, 1.5f));
+  auto r = DecodePushRequest(Transmit(m));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->meta.step, 5u);
+  EXPECT_EQ(r->grads.size(), 6u);
+  Message bad = EncodePushRequest(PushMeta{}, {{2, 2, 3, 0}}, std::vector<float>(5, 0.0f));
+  EXPECT_NE(DecodePushRequest(Transmit(bad)).status().message().find("announce 6"), std::string::npos);
+}
+
+TEST(MessagesTest, LookupResponseSizeChecked) {
+  Header req;
+  req.op = Opcode::kLookup;
+  Message reply = EncodeLookupResponse(req, std::vector<float>(8, 1.0f));
+  ArrayFrame<float> values;
+  EXPECT_TRUE(DecodeLookupResponse(Transmit(reply), 8, &values).ok());
+  EXPECT_FALSE(DecodeLookupResponse(Transmit(reply), 9, &values).ok());
+  Message err = MakeErrorReply(req, Status::OutOfRange("id 12 not in shard"));
+  Status st = DecodeLookupResponse(Transmit(err), 8, &values);
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(st.message(), "id 12 not in shard");
+}
+
+TEST(MessagesTest, JsonRoundTripAndGarbage) {
+  nlohmann::json body = {{"role", "ps"}, {"port", 123}};
+  auto j = DecodeJson(Transmit(EncodeJson(Opcode::kRegister, body)));
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ((*j)["port"], 123);
+  Message garbage(Opcode::kRegister);
+  garbage.AddString("{not json");
+  EXPECT_EQ(DecodeJson(garbage).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,103 @@
+// RpcClient: one I/O thread that owns a DEALER socket per peer and matches
+// replies to requests by request id. Any thread may start calls; many may be
+// in flight at once, to one peer or several.
+//
+// Every call has a deadline: when no reply has come by then, the call ends
+// with DEADLINE_EXCEEDED (a reply arriving later is dropped). An error reply
+// ends the call with the Status it carries. Calls still pending when the
+// client is destroyed end with CANCELLED.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "common/wire_format.h"
+
+namespace tessera {
+
+namespace rpc_internal {
+class Wakeup;
+}
+
+using RpcCallback = std::function<void(StatusOr<Message>)>;
+
+// The result of an asynchronous call; Wait() blocks until it has one.
+class RpcFuture {
+ public:
+  RpcFuture();
+  StatusOr<Message> Wait();
+  bool Ready() const;
+
+ private:
+  friend class RpcClient;
+  struct State {
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    std::optional<StatusOr<Message>> result;
+  };
+  std::shared_ptr<State> state_;
+};
+
+class RpcClient {
+ public:
+  static StatusOr<std::unique_ptr<RpcClient>> Create();
+  ~RpcClient();
+
+  // Connects a new DEALER to `endpoint` ("tcp://host:port"); returns its peer
+  // index. ZeroMQ connects in the background: a peer that is not up yet gets
+  // its requests when it comes up, or they time out.
+  StatusOr<int> Connect(const std::string& endpoint);
+
+  // Sends `request` to `peer`. `done` runs exactly once, on the I/O thread:
+  // it must not block.
+  void CallAsync(int peer, Message&& request, std::chrono::milliseconds timeout, RpcCallback done);
+  RpcFuture Call(int peer, Message&& request, std::chrono::milliseconds timeout);
+  StatusOr<Message> CallSync(int peer, Message&& request, std::chrono::milliseconds timeout);
+
+ private:
+  RpcClient() = default;
+  void IoLoop();
+
+  struct Outgoing {
+    int peer;
+    Message message;
+    std::chrono::steady_clock::time_point deadline;
+    RpcCallback done;
+  };
+  struct Pending {
+    std::chrono::steady_clock::time_point deadline;
+    RpcCallback done;
+    int peer;
+  };
+  struct ConnectRequest {
+    std::string endpoint;
+    std::function<void(StatusOr<int>)> done;
+  };
+
+  std::unique_ptr<zmq::context_t> context_;
+  std::unique_ptr<rpc_internal::Wakeup> wakeup_;
+  std::atomic<uint64_t> next_request_id_{1};
+  std::atomic<bool> stop_{false};
+  std::thread io_thread_;
+
+  std::mutex mu_;
+  std::deque<Outgoing> outgoing_;          // GUARDED_BY(mu_)
+  std::deque<ConnectRequest> connects_;    // GUARDED_BY(mu_)
+
+  // Owned by the I/O thread.
+  std::vector<std::unique_ptr<zmq::socket_t>> sockets_;
+  std::map<uint64_t, Pending> pending_;
+};
+
+}  // namespace tessera

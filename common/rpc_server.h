@@ -1,0 +1,109 @@
+// RpcServer: a ZeroMQ ROUTER socket owned by one I/O thread, with handlers
+// run on a small worker pool (or inline on the I/O thread for cheap ones).
+//
+// Many requests may be in flight from many clients. A handler answers through
+// its Responder, at once or later from any thread (a parameter server defers
+// a sync-mode lookup until the previous step's gradients are applied). A
+// request that cannot be framed (bad header, wrong frame count) is answered
+// with an error reply by the server itself and never reaches the handler.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "common/wire_format.h"
+
+namespace tessera {
+
+struct RpcServerOptions {
+  // Where to listen; port 0 picks a free port (read it back from endpoint()).
+  std::string bind_address = "tcp://127.0.0.1:0";
+  // Threads that run handlers. 0 runs handlers on the I/O thread: right for
+  // handlers that only take a lock and enqueue, wrong for lookups.
+  int worker_threads = 0;
+};
+
+namespace rpc_internal {
+struct ReplySink;
+}
+
+// Sends exactly one reply for one request. Movable, not copyable. A Responder
+// destroyed without replying answers INTERNAL, so a client never waits on a
+// request a handler forgot. Thread-safe: may be used from any thread, also
+// after the server stopped (the reply is then dropped).
+class Responder {
+ public:
+  Responder() = default;
+  Responder(std::shared_ptr<rpc_internal::ReplySink> sink, std::string routing_id, Header request);
+  Responder(Responder&&) noexcept = default;
+  Responder& operator=(Responder&&) noexcept;
+  Responder(const Responder&) = delete;
+  Responder& operator=(const Responder&) = delete;
+  ~Responder();
+
+  const Header& request_header() const { return request_; }
+  bool valid() const { return sink_ != nullptr; }
+
+  void Reply(Message&& reply);
+  // An error reply carrying `status` (which must not be OK).
+  void ReplyError(const Status& status);
+  // OK reply with no frames.
+  void ReplyOk();
+
+ private:
+  std::shared_ptr<rpc_internal::ReplySink> sink_;
+  std::string routing_id_;
+  Header request_;
+};
+
+using RpcHandler = std::function<void(Message&& request, Responder responder)>;
+
+class RpcServer {
+ public:
+  // Binds and starts the I/O thread (and workers).
+  static StatusOr<std::unique_ptr<RpcServer>> Start(const RpcServerOptions& options, RpcHandler handler);
+  ~RpcServer();
+
+  // The resolved address clients connect to, e.g. "tcp://127.0.0.1:40123".
+  const std::string& endpoint() const { return endpoint_; }
+
+  // Stops receiving, finishes handlers already running, sends the replies
+  // they produced, joins every thread. Idempotent.
+  void Stop();
+
+ private:
+  RpcServer() = default;
+  void IoLoop();
+  void WorkerLoop();
+  void Dispatch(std::string routing_id, Message&& request);
+
+  RpcHandler handler_;
+  std::string endpoint_;
+  std::unique_ptr<zmq::context_t> context_;
+  std::unique_ptr<zmq::socket_t> socket_;
+  std::shared_ptr<rpc_internal::ReplySink> sink_;
+  std::atomic<bool> stop_{false};
+  std::thread io_thread_;
+
+  struct Work {
+    std::string routing_id;
+    Message request;
+  };
+  std::mutex work_mu_;
+  std::condition_variable work_cv_;
+  std::deque<Work> work_;  // GUARDED_BY(work_mu_)
+  bool workers_done_ = false;  // GUARDED_BY(work_mu_)
+  std::vector<std::thread> workers_;
+  std::once_flag stop_once_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,195 @@
+// RpcServer and RpcClient over real sockets on 127.0.0.1.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "common/rpc_client.h"
+#include "common/rpc_server.h"
+#include "common/zmq_transport.h"
+
+namespace tessera {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Echoes frame 0; op kAbort answers with an error; kCommand never answers
+// until released; kServerStats drops the Responder.
+class EchoFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = RpcServer::Start(RpcServerOptions{"tcp://127.0.0.1:0", 2}, [this](Message&& m, Responder r) {
+      switch (m.header.op) {
+        case Opcode::kAbort:
+          r.ReplyError(Status::FailedPrecondition("nope"));
+          return;
+        case Opcode::kCommand: {
+          std::lock_guard<std::mutex> lock(mu_);
+          parked_.push_back(std::move(r));
+          return;
+        }
+        case Opcode::kServerStats:
+          return;  // Responder destroyed without a reply
+        default: {
+          Message reply;
+          for (auto& f : m.frames) reply.AddBytes(f.data(), f.size());
+          r.Reply(std::move(reply));
+        }
+      }
+    });
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();
+    auto client = RpcClient::Create();
+    ASSERT_TRUE(client.ok());
+    client_ = std::move(client).value();
+    auto peer = client_->Connect(server_->endpoint());
+    ASSERT_TRUE(peer.ok());
+    peer_ = *peer;
+  }
+  void TearDown() override {
+    client_.reset();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      parked_.clear();
+    }
+    server_.reset();
+  }
+
+  std::unique_ptr<RpcServer> server_;
+  std::unique_ptr<RpcClient> client_;
+  int peer_ = -1;
+  std::mutex mu_;
+  std::vector<Responder> parked_;
+};
+
+TEST_F(EchoFixture, EchoesManyInFlight) {
+  std::vector<RpcFuture> futures;
+  for (int i = 0; i < 200; ++i) {
+    Message m(Opcode::kHeartbeat);
+    m.AddString("msg" + std::to_string(i));
+    futures.push_back(client_->Call(peer_, std::move(m), milliseconds(5000)));
+  }
+  for (int i = 0; i < 200; ++i) {
+    auto r = futures[i].Wait();
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->frames.size(), 1u);
+    EXPECT_EQ(r->frames[0].to_string(), "msg" + std::to_string(i));
+  }
+}
+
+TEST_F(EchoFixture, ErrorReplyCarriesStatus) {
+  auto r = client_->CallSync(peer_, Message(Opcode::kAbort), milliseconds(5000));
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().message(), "nope");
+}
+
+TEST_F(EchoFixture, DeadlineExceededWhenNoReply) {
+  auto start = std::chrono::steady_clock::now();
+  auto r = client_->CallSync(peer_, Message(Opcode::kCommand), milliseconds(150));
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(EchoFixture, DeferredReplyFromAnotherThread) {
+  RpcFuture f = client_->Call(peer_, Message(Opcode::kCommand), milliseconds(5000));
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!parked_.empty()) break;
+    }
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  std::thread t([this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSERT_EQ(parked_.size(), 1u);
+    parked_[0].ReplyOk();
+  });
+  t.join();
+  EXPECT_TRUE(f.Wait().ok());
+}
+
+TEST_F(EchoFixture, DroppedResponderAnswersInternal) {
+  auto r = client_->CallSync(peer_, Message(Opcode::kServerStats), milliseconds(5000));
+  EXPECT_EQ(r.status().code(), StatusCode::kInternal);
+}
+
+TEST_F(EchoFixture, MalformedRequestGetsErrorAndServerKeepsServing) {
+  // A raw DEALER that sends garbage: a short header, then a header whose frame
+  // count lies.
+  zmq::context_t ctx(1);
+  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.set(zmq::sockopt::rcvtimeo, 5000);
+  raw.connect(server_->endpoint());
+  raw.send(zmq::buffer(std::string("short")), zmq::send_flags::none);
+
+  Header h;
+  h.op = Opcode::kLookup;
+  h.request_id = 77;
+  h.frame_count = 3;  // but only one frame follows
+  uint8_t buf[kHeaderBytes];
+  EncodeHeader(h, buf);
+  raw.send(zmq::buffer(buf, kHeaderBytes), zmq::send_flags::sndmore);
+  raw.send(zmq::buffer(std::string("x")), zmq::send_flags::none);
+
+  for (int i = 0; i < 2; ++i) {
+    Message reply;
+    Status st;
+    for (int tries = 0; tries < 500; ++tries) {
+      st = RecvMessage(raw, nullptr, &reply);
+      if (st.code() != StatusCode::kNotFound) break;
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(reply.header.status, StatusCode::kInvalidArgument);
+    if (reply.header.request_id == 77) {
+      EXPECT_NE(StatusFromReply(reply).message().find("frames"), std::string::npos);
+    }
+  }
+  // And the server still serves well-formed requests.
+  Message m(Opcode::kHeartbeat);
+  m.AddString("still here");
+  auto r = client_->CallSync(peer_, std::move(m), milliseconds(5000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->frames[0].to_string(), "still here");
+}
+
+TEST(RpcClientTest, UnreachablePeerTimesOut) {
+  auto client = RpcClient::Create();
+  ASSERT_TRUE(client.ok());
+  auto peer = (*client)->Connect("tcp://127.0.0.1:1");  // nothing listens there
+  ASSERT_TRUE(peer.ok());
+  auto r = (*client)->CallSync(*peer, Message(Opcode::kHeartbeat), milliseconds(100));
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST(RpcClientTest, PendingCallsCancelledOnDestruction) {
+  // Declared before the server so the parked responders outlive it.
+  std::mutex mu;
+  std::vector<Responder> parked;
+  auto server = RpcServer::Start(RpcServerOptions{}, [&](Message&&, Responder r) {
+    std::lock_guard<std::mutex> lock(mu);
+    parked.push_back(std::move(r));  // never answered
+  });
+  ASSERT_TRUE(server.ok());
+  RpcFuture f;
+  {
+    auto client = RpcClient::Create();
+    ASSERT_TRUE(client.ok());
+    auto peer = (*client)->Connect((*server)->endpoint());
+    ASSERT_TRUE(peer.ok());
+    f = (*client)->Call(*peer, Message(Opcode::kHeartbeat), milliseconds(60000));
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_EQ(f.Wait().status().code(), StatusCode::kCancelled);
+}
+
+TEST(RpcServerTest, BindFailureIsAnError) {
+  auto a = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
+  ASSERT_TRUE(a.ok());
+  auto b = RpcServer::Start(RpcServerOptions{(*a)->endpoint(), 0}, [](Message&&, Responder r) { r.ReplyOk(); });
+  EXPECT_EQ(b.status().code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace tessera

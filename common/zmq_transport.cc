@@ -1,0 +1,75 @@
+#include "common/zmq_transport.h"
+
+#include <vector>
+
+namespace tessera {
+
+Status SendMessage(zmq::socket_t& socket, const std::string* routing_id, Message&& m) {
+  m.header.frame_count = static_cast<uint16_t>(m.frames.size());
+  uint8_t header[kHeaderBytes];
+  EncodeHeader(m.header, header);
+  try {
+    if (routing_id != nullptr) {
+      socket.send(zmq::buffer(*routing_id), zmq::send_flags::sndmore);
+    }
+    const bool more = !m.frames.empty();
+    socket.send(zmq::buffer(header, kHeaderBytes), more ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    for (size_t i = 0; i < m.frames.size(); ++i) {
+      const bool last = i + 1 == m.frames.size();
+      socket.send(m.frames[i], last ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    }
+  } catch (const zmq::error_t& e) {
+    return Status::Unavailable(std::string("zmq send: ") + e.what());
+  }
+  m.frames.clear();
+  return Status::OK();
+}
+
+Status RecvMessage(zmq::socket_t& socket, std::string* routing_id, Message* m) {
+  std::vector<zmq::message_t> parts;
+  try {
+    zmq::message_t part;
+    auto got = socket.recv(part, zmq::recv_flags::dontwait);
+    if (!got) return Status::NotFound("no message waiting");
+    parts.push_back(std::move(part));
+    while (parts.back().more()) {
+      zmq::message_t next;
+      (void)socket.recv(next, zmq::recv_flags::none);  // the rest of a multipart is already here
+      parts.push_back(std::move(next));
+    }
+  } catch (const zmq::error_t& e) {
+    return Status::Unavailable(std::string("zmq recv: ") + e.what());
+  }
+  size_t first = 0;
+  if (routing_id != nullptr) {
+    routing_id->assign(static_cast<const char*>(parts[0].data()), parts[0].size());
+    first = 1;
+  }
+  m->frames.clear();
+  m->header = Header();
+  if (parts.size() <= first) return Status::InvalidArgument("empty message");
+  const zmq::message_t& hdr = parts[first];
+  // Read the request id even from a header that fails validation, so the
+  // sender can be told which request was malformed.
+  if (hdr.size() >= 16) {
+    const auto* p = static_cast<const uint8_t*>(hdr.data());
+    uint64_t id = 0;
+    for (int i = 7; i >= 0; --i) id = (id << 8) | p[8 + i];
+    m->header.request_id = id;
+    m->header.op = static_cast<Opcode>(p[6] | (p[7] << 8));
+  }
+  Header h;
+  Status st = DecodeHeader(hdr.data(), hdr.size(), &h);
+  if (!st.ok()) return st;
+  m->header = h;
+  const size_t frames = parts.size() - first - 1;
+  if (frames != h.frame_count) {
+    return Status::InvalidArgument("header announces " + std::to_string(h.frame_count) + " frames but " +
+                                   std::to_string(frames) + " arrived");
+  }
+  m->frames.reserve(frames);
+  for (size_t i = first + 1; i < parts.size(); ++i) m->frames.push_back(std::move(parts[i]));
+  return Status::OK();
+}
+
+}  // namespace tessera
