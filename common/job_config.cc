@@ -356,6 +356,30 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
   return c;
 }
 
+Status ResolveDataFiles(JobConfig* job, std::string* note) {
+  note->clear();
+  DataConfig& d = job->data;
+  if (d.source != "criteo") return Status::OK();
+  if (!std::filesystem::exists(d.path)) {
+    if (!d.fallback_to_synthetic) {
+      return Status::NotFound("data.path " + d.path + " does not exist (set data.fallback_to_synthetic to train on "
+                              "synthetic data instead)");
+    }
+    *note = "Criteo data not found at " + d.path + "; training on synthetic data (" +
+            std::to_string(d.num_examples) + " examples, same features) instead";
+    d.source = "synthetic";
+    d.path.clear();
+    d.eval_path.clear();
+    d.labels = "learnable";
+    return Status::OK();
+  }
+  if (!d.eval_path.empty() && !std::filesystem::exists(d.eval_path)) {
+    *note = "eval data not found at " + d.eval_path + "; the job runs without evaluation";
+    d.eval_path.clear();
+  }
+  return Status::OK();
+}
+
 json JobConfig::ToJson() const {
   json tables_json = json::array();
   for (const TableConfig& t : tables) {

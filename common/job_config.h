@@ -141,4 +141,10 @@ StatusOr<JobConfig> ParseJobConfigJson(const nlohmann::json& j, const std::strin
 // Reads and parses a file; relative paths are resolved against its folder.
 StatusOr<JobConfig> LoadJobConfig(const std::string& path);
 
+// Checks the data files exist. A missing Criteo file is an error, unless
+// data.fallback_to_synthetic: then the job switches to synthetic data with the
+// same features and *note says so (so do a missing eval file and its
+// evaluation). The master runs this once, so every trainer gets the same data.
+Status ResolveDataFiles(JobConfig* job, std::string* note);
+
 }  // namespace tessera

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# End-to-end benchmark: Tessera and the PyTorch RPC + DDP parameter server
+# (../shared/peers/torch_rpc_ps.py) one after the other, on the same
+# workloads, on this machine. Prints examples/s of each and the ratio.
+#
+#   W1: 1 master, 1 ps, 2 trainers; 1 table 1,000,000 x 64; batch 512 bags of
+#       20 Zipf(1.05) ids per trainer; MLP 512-256-1 on the pooled embedding; SGD
+#   W2: the same with 8 tables of 200,000 rows on 2 parameter servers
+#
+#   bench/e2e_bench.sh [--steps N] [--mode async|sync] [--workloads "w1 w2"] [--repeats R]
+#
+# Both systems time their steps after a warm-up (the peer: --warmup 20; Tessera:
+# the first 20 steps). Tessera runs async by default, the peer's own
+# (Hogwild-like) semantics; --mode sync runs Tessera's synchronous mode.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PEER="${TESSERA_PEER:-$ROOT/../shared/peers/torch_rpc_ps.py}"
+STEPS=200
+MODE=async
+WORKLOADS="w1 w2"
+REPEATS=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --steps) STEPS="$2"; shift 2 ;;
+    --mode) MODE="$2"; shift 2 ;;
+    --workloads) WORKLOADS="$2"; shift 2 ;;
+    --repeats) REPEATS="$2"; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+"$ROOT/scripts/build.sh" --target tessera_master --target tessera_ps --target tessera_trainer >/dev/null
+OUT="$ROOT/run/bench"
+mkdir -p "$OUT"
+
+tessera_run() {  # workload -> examples/s
+  local w="$1" ps=1 cfg="$OUT/$1.json"
+  [ "$w" = w2 ] && ps=2
+  python3 - "$ROOT/bench/configs/$w.json" "$cfg" "$((STEPS + 20))" "$MODE" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["training"]["steps"] = int(sys.argv[3]); c["training"]["consistency"] = sys.argv[4]
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PY
+  "$ROOT/scripts/launch_local.sh" --ps "$ps" --trainers 2 --config "$cfg" --run_dir "$OUT/tessera_$w" >/dev/null
+  python3 -c "import json;print(round(json.load(open('$OUT/tessera_$w/summary.json'))['examples_per_s']))"
+}
+
+peer_run() {  # workload -> examples/s
+  local args=()
+  [ "$1" = w2 ] && args=(--tables 8 --ps 2 --num-embeddings 200000)
+  if [ ! -f "$PEER" ] || ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    echo "n/a"
+    return
+  fi
+  /usr/bin/python3 "$PEER" --steps "$STEPS" "${args[@]}" 2>/dev/null | tail -n 1 |
+    python3 -c "import json,sys;print(round(json.loads(sys.stdin.read())['examples_per_s']))"
+}
+
+printf '%-4s %-6s %14s %14s %7s\n' load mode tessera_ex/s peer_ex/s ratio
+for w in $WORKLOADS; do
+  for _ in $(seq 1 "$REPEATS"); do
+    t=$(tessera_run "$w")
+    p=$(peer_run "$w")
+    ratio=$(python3 -c "print('%.2f' % ($t / $p))" 2>/dev/null || echo n/a)
+    printf '%-4s %-6s %14s %14s %7s\n' "$w" "$MODE" "$t" "$p" "$ratio"
+    echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$MODE\", \"steps\": $STEPS, \"tessera_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\", \"ratio\": \"$ratio\"}" >>"$OUT/results.jsonl"
+  done
+done

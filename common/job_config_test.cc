@@ -1,0 +1,124 @@
+#include "common/job_config.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+
+json MinimalJob() {
+  return json::parse(R"({
+    "tables": [{"name": "t", "num_embeddings": 10, "embedding_dim": 4, "feature_names": ["f"]}],
+    "model": {"num_dense_features": 3, "bottom_mlp": [8, 4], "top_mlp": [16, 1]},
+    "data": {"source": "synthetic", "num_examples": 100},
+    "training": {"batch_size": 8, "steps": 5}
+  })");
+}
+
+Status ParseError(const json& j) { return ParseJobConfigJson(j, "/base").status(); }
+
+TEST(JobConfigTest, ParsesWithDefaults) {
+  auto c = ParseJobConfigJson(MinimalJob(), "/base");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tables[0].pooling, PoolingType::kSum);
+  EXPECT_EQ(c->tables[0].optimizer.type, "sgd");
+  EXPECT_EQ(c->training.consistency, Consistency::kSync);
+  EXPECT_EQ(c->InteractionWidth(), 4 + 4);
+  EXPECT_EQ(c->TableOfFeature("f"), 0);
+  EXPECT_EQ(c->TableOfFeature("g"), -1);
+  EXPECT_EQ(c->tables[0].RowBytes(), 16);
+}
+
+TEST(JobConfigTest, RoundTripsThroughJson) {
+  auto c = ParseJobConfigJson(MinimalJob(), "/base");
+  ASSERT_TRUE(c.ok());
+  auto again = ParseJobConfigJson(c->ToJson(), "");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->ToJson(), c->ToJson());
+  EXPECT_EQ(again->tables[0].seed, c->tables[0].seed);
+}
+
+TEST(JobConfigTest, TableSeedsDependOnNameNotOrder) {
+  json a = MinimalJob();
+  a["tables"].push_back({{"name", "u"}, {"num_embeddings", 5}, {"embedding_dim", 2}, {"feature_names", {"g"}}});
+  json b = a;
+  std::swap(b["tables"][0], b["tables"][1]);
+  auto ca = ParseJobConfigJson(a, ""), cb = ParseJobConfigJson(b, "");
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  EXPECT_EQ(ca->tables[0].seed, cb->tables[1].seed);
+  EXPECT_NE(ca->tables[0].seed, ca->tables[1].seed);
+}
+
+TEST(JobConfigTest, ClearErrors) {
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string expect;
+  };
+  std::vector<Case> cases = {
+      {[](json& j) { j["tables"][0]["embedding_dim"] = 0; }, "tables[0].embedding_dim: must be in"},
+      {[](json& j) { j["tables"][0].erase("num_embeddings"); }, "tables[0].num_embeddings: required"},
+      {[](json& j) { j["tables"][0]["pooling"] = "MAX"; }, "unknown pooling 'MAX'"},
+      {[](json& j) { j["tables"][0]["optimizer"] = {{"type", "lamb"}}; }, "unknown optimizer 'lamb'"},
+      {[](json& j) { j["tables"][0]["num_embeddings"] = "many"; }, "must be an integer"},
+      {[](json& j) { j["tables"][0]["embeding_dim"] = 4; }, "tables[0].embeding_dim: unknown field"},
+      {[](json& j) { j["model"]["top_mlp"] = {16, 2}; }, "must end with 1"},
+      {[](json& j) { j["training"]["consistency"] = "eventual"; }, "training.consistency"},
+      {[](json& j) { j["training"]["steps"] = 0; j["training"]["epochs"] = 0; }, "set steps or epochs"},
+      {[](json& j) { j["data"]["source"] = "parquet"; }, "unknown source 'parquet'"},
+      {[](json& j) { j["tables"].push_back(j["tables"][0]); }, "two tables are named 't'"},
+      {[](json& j) {
+         j["tables"].push_back({{"name", "u"}, {"num_embeddings", 5}, {"embedding_dim", 2}, {"feature_names", {"f"}}});
+       },
+       "feature 'f' is listed by more than one table"},
+      {[](json& j) { j["tables"][0]["sharding_type"] = "diagonal"; }, "unknown sharding type"},
+      {[](json& j) {
+         j["data"] = {{"source", "criteo"}, {"path", "x.tsv"}};
+       },
+       "C1..C26"},
+      {[](json& j) { j["runtime"] = {{"heartbeat_ms", 1000}, {"peer_timeout_ms", 500}}; }, "must exceed"},
+  };
+  for (const Case& c : cases) {
+    json j = MinimalJob();
+    c.edit(j);
+    Status st = ParseError(j);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.expect;
+    EXPECT_NE(st.message().find(c.expect), std::string::npos) << "got: " << st.message();
+  }
+}
+
+TEST(JobConfigTest, ResolvesRelativePathsAgainstTheConfigFolder) {
+  json j = MinimalJob();
+  j["tables"][0]["feature_names"] = {"C1"};
+  j["data"] = {{"source", "criteo"}, {"path", "../data/train.tsv"}};
+  j["model"]["num_dense_features"] = 13;
+  auto c = ParseJobConfigJson(j, "/jobs/configs");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->data.path, "/jobs/data/train.tsv");
+}
+
+TEST(JobConfigTest, MissingDataFallsBackToSyntheticOnlyWhenAsked) {
+  json j = MinimalJob();
+  j["tables"][0]["feature_names"] = {"C3"};
+  j["model"]["num_dense_features"] = 13;
+  j["data"] = {{"source", "criteo"}, {"path", "/nonexistent/train.tsv"}, {"num_examples", 500}};
+  auto c = ParseJobConfigJson(j, "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::string note;
+  EXPECT_EQ(ResolveDataFiles(&*c, &note).code(), StatusCode::kNotFound);
+  c->data.fallback_to_synthetic = true;
+  ASSERT_TRUE(ResolveDataFiles(&*c, &note).ok());
+  EXPECT_EQ(c->data.source, "synthetic");
+  EXPECT_EQ(c->data.num_examples, 500);
+  EXPECT_NE(note.find("synthetic"), std::string::npos);
+}
+
+TEST(JobConfigTest, MissingFileAndBadJson) {
+  EXPECT_EQ(LoadJobConfig("/nonexistent/job.json").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ParseJobConfig("{not json", "").status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,174 @@
+// The master's request handlers: registration, heartbeats, start, done, and
+// the rendezvous store. They run on the RPC server's I/O thread, so each only
+// takes the lock, updates membership and answers (or parks the answer).
+#include <glog/logging.h>
+
+#include "common/messages.h"
+#include "master/master.h"
+
+namespace tessera {
+
+using nlohmann::json;
+
+void Master::Handle(Message&& m, Responder r) {
+  const Opcode op = m.header.op;
+  if (op == Opcode::kStoreSet || op == Opcode::kStoreGet) {
+    if (m.frames.empty() || m.frames.size() > 2 || (op == Opcode::kStoreSet) != (m.frames.size() == 2)) {
+      r.ReplyError(Status::InvalidArgument("store request: expected Key [Value] frames"));
+      return;
+    }
+    const std::string key = m.frames[0].to_string();
+    if (op == Opcode::kStoreSet) {
+      store_.Set(key, m.frames[1].to_string());
+      r.ReplyOk();
+    } else {
+      store_.Get(key, std::move(r));
+    }
+    return;
+  }
+  auto body = DecodeJson(m);
+  if (!body.ok()) {
+    r.ReplyError(body.status());
+    return;
+  }
+  try {
+    switch (op) {
+      case Opcode::kRegister: HandleRegister(*body, std::move(r)); return;
+      case Opcode::kHeartbeat: HandleHeartbeat(*body, std::move(r)); return;
+      case Opcode::kWaitStart: HandleWaitStart(*body, std::move(r)); return;
+      case Opcode::kReportDone: HandleReportDone(*body, std::move(r)); return;
+      default:
+        r.ReplyError(Status::Unimplemented(std::string("the master does not handle ") + OpcodeName(op)));
+    }
+  } catch (const json::exception& e) {
+    r.ReplyError(Status::InvalidArgument(std::string(OpcodeName(op)) + ": malformed body: " + e.what()));
+  }
+}
+
+void Master::HandleRegister(const json& body, Responder r) {
+  const std::string role = body.at("role").get<std::string>();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ != State::kWaiting) {
+    r.ReplyError(Status::FailedPrecondition("the job has already started; late members cannot join it"));
+    return;
+  }
+  json reply = {{"heartbeat_ms", job_.runtime.heartbeat_ms}, {"peer_timeout_ms", job_.runtime.peer_timeout_ms}};
+  if (role == "ps") {
+    if (static_cast<int>(ps_.size()) >= job_.cluster.num_ps) {
+      r.ReplyError(Status::FailedPrecondition("the job needs only " + std::to_string(job_.cluster.num_ps) +
+                                              " parameter server(s), all registered"));
+      return;
+    }
+    PsMember m;
+    m.endpoint = body.at("endpoint").get<std::string>();
+    m.host = body.value("host", "");
+    m.pid = body.value("pid", int64_t{0});
+    m.last_seen = Clock::now();
+    reply["rank"] = static_cast<int>(ps_.size());
+    LOG(INFO) << "parameter server " << ps_.size() << " registered: " << m.endpoint << " (host " << m.host << ", pid "
+              << m.pid << ")";
+    ps_.push_back(std::move(m));
+  } else if (role == "trainer") {
+    const int rank = body.at("rank").get<int>();
+    const int world = body.at("world").get<int>();
+    if (world != job_.cluster.num_trainers || rank < 0 || rank >= world) {
+      r.ReplyError(Status::InvalidArgument("trainer says rank " + std::to_string(rank) + " of world " +
+                                           std::to_string(world) + ", but the job has " +
+                                           std::to_string(job_.cluster.num_trainers) + " trainers"));
+      return;
+    }
+    if (trainers_[rank]) {
+      r.ReplyError(Status::AlreadyExists("trainer rank " + std::to_string(rank) + " is already registered"));
+      return;
+    }
+    TrainerMember m;
+    m.host = body.value("host", "");
+    m.pid = body.value("pid", int64_t{0});
+    m.last_seen = Clock::now();
+    LOG(INFO) << "trainer " << rank << " registered (host " << m.host << ", pid " << m.pid << ")";
+    trainers_[rank] = std::move(m);
+    reply["rank"] = rank;
+  } else {
+    r.ReplyError(Status::InvalidArgument("unknown role '" + role + "'"));
+    return;
+  }
+  cv_.notify_all();
+  r.Reply(EncodeJsonReply(r.request_header(), reply));
+}
+
+void Master::HandleHeartbeat(const json& body, Responder r) {
+  const std::string role = body.at("role").get<std::string>();
+  const int rank = body.at("rank").get<int>();
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = Clock::now();
+  if (role == "ps" && rank >= 0 && rank < static_cast<int>(ps_.size())) {
+    ps_[rank].last_seen = now;
+    if (body.contains("stats")) ps_[rank].stats = body["stats"];
+  } else if (role == "trainer" && rank >= 0 && rank < static_cast<int>(trainers_.size()) && trainers_[rank]) {
+    trainers_[rank]->last_seen = now;
+    if (body.contains("progress")) {
+      const json& p = body["progress"];
+      Progress& pr = progress_[p.at("step").get<int64_t>()];
+      pr.reported++;
+      const double examples = p.value("examples", 1.0);
+      pr.loss_sum += p.at("loss").get<double>() * examples;
+      pr.examples += examples;
+      pr.examples_per_s += p.at("examples_per_s").get<double>();
+      PrintProgress();
+    }
+  } else {
+    r.ReplyError(Status::NotFound(role + " " + std::to_string(rank) + " is not a member of this job"));
+    return;
+  }
+  const char* state = state_ == State::kAborted ? "aborted"
+                      : state_ == State::kDone  ? "done"
+                      : state_ == State::kRunning ? "running"
+                                                  : "waiting";
+  json reply = {{"state", state}};
+  if (state_ == State::kAborted) reply["reason"] = abort_reason_.message();
+  r.Reply(EncodeJsonReply(r.request_header(), reply));
+}
+
+void Master::HandleWaitStart(const json& body, Responder r) {
+  const int rank = body.at("rank").get<int>();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (rank < 0 || rank >= static_cast<int>(trainers_.size()) || !trainers_[rank]) {
+    r.ReplyError(Status::NotFound("trainer " + std::to_string(rank) + " has not registered"));
+    return;
+  }
+  if (state_ == State::kAborted) {
+    r.ReplyError(abort_reason_);
+  } else if (state_ == State::kRunning) {
+    r.Reply(EncodeJsonReply(r.request_header(), start_info_));
+  } else {
+    start_waiters_.push_back(std::move(r));
+  }
+}
+
+void Master::HandleReportDone(const json& body, Responder r) {
+  const int rank = body.at("rank").get<int>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (rank < 0 || rank >= static_cast<int>(trainers_.size()) || !trainers_[rank]) {
+      r.ReplyError(Status::NotFound("trainer " + std::to_string(rank) + " has not registered"));
+      return;
+    }
+    trainers_[rank]->done = true;
+    trainers_[rank]->report = body;
+    trainers_[rank]->last_seen = Clock::now();
+  }
+  r.ReplyOk();
+  if (!body.value("ok", false)) {
+    // Often the consequence of another member's death (a broken allreduce):
+    // the monitor waits a heartbeat timeout for that cause before it blames
+    // this report.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (reported_failure_.empty()) {
+      reported_failure_ = "trainer " + std::to_string(rank) + " failed: " + body.value("error", std::string("unknown error"));
+      reported_failure_at_ = Clock::now();
+    }
+  }
+  cv_.notify_all();
+}
+
+}  // namespace tessera

@@ -1,0 +1,136 @@
+// tessera_master: creates the job's tables, plans their sharding, drives
+// training and reports. Exit code 0 when the job finished, 1 when it failed.
+#include <signal.h>
+
+#include <atomic>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include "master/master.h"
+#include "master/planner.h"
+
+DEFINE_string(config, "", "Job config (JSON), see docs/configuration.md");
+DEFINE_string(bind, "tcp://127.0.0.1:5555", "Where to listen (port 0: any free port)");
+DEFINE_string(advertise_host, "", "Host name servers and trainers reach the master by");
+DEFINE_string(endpoint_file, "", "Write the master's address here once listening (for launchers)");
+DEFINE_int32(num_ps, 0, "Parameter servers (overrides cluster.num_ps)");
+DEFINE_int32(num_trainers, 0, "Trainers (overrides cluster.num_trainers)");
+DEFINE_int64(register_timeout_ms, 600000, "How long to wait for all members to register");
+DEFINE_string(dump_dir, "", "At the end, servers dump shards and trainer 0 its dense model here");
+DEFINE_string(summary_file, "", "Write the job summary (JSON) here");
+DEFINE_bool(print_plan, false, "Print the sharding plan for --num_ps servers and exit");
+
+namespace {
+
+// Turns SIGINT/SIGTERM into an orderly abort: servers are told, exit code 1.
+class SignalWatcher {
+ public:
+  explicit SignalWatcher(tessera::Master* master) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    thread_ = std::thread([this, master, set] {
+      timespec tick{0, 100 * 1000 * 1000};
+      while (!stop_) {
+        const int sig = sigtimedwait(&set, nullptr, &tick);
+        if (sig > 0) master->RequestAbort(std::string("master received ") + strsignal(sig));
+      }
+    });
+  }
+  ~SignalWatcher() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("tessera_master --config job.json [--bind tcp://0.0.0.0:5555]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+
+  if (FLAGS_config.empty()) {
+    LOG(ERROR) << "--config is required";
+    return 1;
+  }
+  auto job = tessera::LoadJobConfig(FLAGS_config);
+  if (!job.ok()) {
+    LOG(ERROR) << "bad job config: " << job.status();
+    return 1;
+  }
+  std::string note;
+  tessera::Status data = tessera::ResolveDataFiles(&*job, &note);
+  if (!data.ok()) {
+    LOG(ERROR) << "bad job config: " << data;
+    return 1;
+  }
+  if (!note.empty()) std::cout << "[master] NOTE: " << note << std::endl;
+  if (FLAGS_num_ps > 0) job->cluster.num_ps = FLAGS_num_ps;
+  if (FLAGS_num_trainers > 0) job->cluster.num_trainers = FLAGS_num_trainers;
+
+  if (FLAGS_print_plan) {
+    auto plan = tessera::PlanSharding(*job, tessera::PlannerOptions{job->cluster.num_ps});
+    if (!plan.ok()) {
+      LOG(ERROR) << "no plan: " << plan.status();
+      return 1;
+    }
+    std::cout << tessera::FormatPlan(*job, *plan) << plan->ToJson().dump(2) << std::endl;
+    return 0;
+  }
+
+  // Block the signals in every thread; the watcher takes them synchronously.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  tessera::MasterOptions options;
+  options.bind_address = FLAGS_bind;
+  options.advertise_host = FLAGS_advertise_host;
+  options.register_timeout_ms = FLAGS_register_timeout_ms;
+  options.dump_dir = FLAGS_dump_dir;
+  auto master = tessera::Master::Start(options, *job);
+  if (!master.ok()) {
+    LOG(ERROR) << "master failed to start: " << master.status();
+    return 1;
+  }
+  std::cout << "[master] listening on " << (*master)->endpoint() << std::endl;
+  if (!FLAGS_endpoint_file.empty()) {
+    const std::string tmp = FLAGS_endpoint_file + ".tmp";
+    std::ofstream(tmp) << (*master)->endpoint() << "\n";
+    std::rename(tmp.c_str(), FLAGS_endpoint_file.c_str());
+  }
+  SignalWatcher watcher(master->get());
+  auto summary = (*master)->Run();
+  if (!summary.ok()) {
+    std::cout << "[master] JOB FAILED: " << summary.status() << std::endl;
+    if (!FLAGS_summary_file.empty()) {
+      std::ofstream(FLAGS_summary_file) << nlohmann::json{{"ok", false}, {"error", summary.status().ToString()}}.dump(2);
+    }
+    return 1;
+  }
+  const auto& s = summary->json;
+  std::cout << "[master] job '" << s["job"].get<std::string>() << "' finished in " << s["wall_s"].get<double>()
+            << " s, " << static_cast<int64_t>(s["examples_per_s"].get<double>()) << " examples/s in all\n";
+  for (const auto& t : s["trainers"]) {
+    std::cout << "[master]   trainer " << t.value("rank", -1) << ": " << t.value("steps", 0) << " steps, final loss "
+              << t.value("final_loss", 0.0) << ", " << static_cast<int64_t>(t.value("examples_per_s", 0.0))
+              << " examples/s\n";
+  }
+  if (s.contains("eval")) std::cout << "[master]   eval: " << s["eval"].dump() << "\n";
+  std::cout << std::flush;
+  if (!FLAGS_summary_file.empty()) std::ofstream(FLAGS_summary_file) << s.dump(2) << "\n";
+  return 0;
+}

@@ -1,0 +1,103 @@
+#include "ps/embedding_shard.h"
+
+#include <cmath>
+#include <string>
+
+#include "kernels/config_conversion.h"
+
+namespace tessera {
+
+StatusOr<std::unique_ptr<EmbeddingShard>> EmbeddingShard::Create(const ShardSpec& spec, const TableConfig& table) {
+  if (spec.num_cols < 1 || spec.col_offset < 0 || spec.col_offset + spec.num_cols > table.embedding_dim) {
+    return Status::InvalidArgument("shard " + std::to_string(spec.shard_id) + " of table " + table.name +
+                                   ": columns out of the table's dimension");
+  }
+  if (spec.num_rows < 0 || spec.row_offset < 0 || spec.row_offset + spec.num_rows > table.num_embeddings) {
+    return Status::InvalidArgument("shard " + std::to_string(spec.shard_id) + " of table " + table.name +
+                                   ": rows out of the table's range");
+  }
+  std::unique_ptr<EmbeddingShard> s(new EmbeddingShard(spec, table));
+  TESSERA_ASSIGN_OR_RETURN(s->optimizer_, kernels::ToSparseOptimizerConfig(table.optimizer));
+  s->pooling_ = kernels::ToPooling(table.pooling);
+  s->initializer_ = kernels::ToRowInitializer(table.initializer, table.seed);
+  RowStoreOptions options;
+  options.gather_cols = spec.num_cols;
+  options.row_width = spec.num_cols + kernels::SparseOptimizerStateFloats(s->optimizer_.kind, spec.num_cols);
+  EmbeddingShard* self = s.get();
+  options.init = [self](int64_t id, float* row) { self->InitRow(id, row); };
+  s->store_ = NewMemoryRowStore(options);
+  return s;
+}
+
+void EmbeddingShard::InitRow(int64_t id, float* row) const {
+  kernels::InitRow(initializer_, id, spec_.col_offset, spec_.num_cols, row);
+  kernels::InitSparseOptimizerState(optimizer_, spec_.num_cols, row + spec_.num_cols);
+}
+
+Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const int64_t> ids,
+                               std::span<const float> weights, bool sum_partial, kernels::IdDeduper* dedup,
+                               ForwardContextEntry* ctx, float* out) {
+  const int64_t lo = spec_.row_offset, hi = spec_.row_offset + spec_.num_rows;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < lo || ids[i] >= hi) {
+      return Status::OutOfRange("id " + std::to_string(ids[i]) + " is not in shard " +
+                                std::to_string(spec_.shard_id) + " of table " + table_.name + " (rows [" +
+                                std::to_string(lo) + ", " + std::to_string(hi) + "))");
+    }
+  }
+  for (float w : weights) {
+    if (!std::isfinite(w)) return Status::InvalidArgument("non-finite per-id weight for table " + table_.name);
+  }
+  ForwardContextEntry c;
+  c.shard = spec_.shard_id;
+  c.num_bags = static_cast<int64_t>(lengths.size());
+  c.out_rows = OutRows(c.num_bags, static_cast<int64_t>(ids.size()));
+  c.pooling = (sum_partial && pooling_ == kernels::Pooling::kMean) ? kernels::Pooling::kSum : pooling_;
+  c.offsets.resize(lengths.size() + 1);
+  c.offsets[0] = 0;
+  for (size_t b = 0; b < lengths.size(); ++b) c.offsets[b + 1] = c.offsets[b] + lengths[b];
+  c.weights.assign(weights.begin(), weights.end());
+  dedup->Run(ids, &c.unique_ids, &c.inverse);
+
+  // Gather each distinct row once, then pool through the inverse index.
+  thread_local std::vector<float> gathered;
+  gathered.resize(c.unique_ids.size() * static_cast<size_t>(cols()));
+  TESSERA_RETURN_IF_ERROR(store_->Gather(c.unique_ids, gathered.data()));
+  kernels::EmbeddingBagForwardArgs<int32_t> args;
+  args.rows = gathered.data();
+  args.num_rows = static_cast<int64_t>(c.unique_ids.size());
+  args.row_stride = cols();
+  args.dim = cols();
+  args.indices = c.inverse.data();
+  args.offsets = c.offsets.data();
+  args.num_bags = c.num_bags;
+  args.weights = c.weights.empty() ? nullptr : c.weights.data();
+  args.pooling = c.pooling;
+  args.out = out;
+  kernels::EmbeddingBagForwardCpu(args);
+  *ctx = std::move(c);
+  return Status::OK();
+}
+
+void EmbeddingShard::Backward(const ForwardContextEntry& ctx, const float* grad_out, float* grad_rows) const {
+  kernels::EmbeddingBagBackwardArgs<int32_t> args;
+  args.grad_out = grad_out;
+  args.dim = cols();
+  args.indices = ctx.inverse.data();
+  args.offsets = ctx.offsets.data();
+  args.num_bags = ctx.num_bags;
+  args.weights = ctx.weights.empty() ? nullptr : ctx.weights.data();
+  args.pooling = ctx.pooling;
+  args.num_rows = static_cast<int64_t>(ctx.unique_ids.size());
+  args.grad_rows = grad_rows;
+  kernels::EmbeddingBagBackwardCpu(args);
+}
+
+Status EmbeddingShard::Apply(std::span<const int64_t> ids, const float* grad_rows) {
+  const int dim = cols();
+  return store_->Update(ids, [&](float* const* rows, int64_t n) {
+    kernels::ApplySparseOptimizerCpu(optimizer_, dim, rows, grad_rows, n);
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,75 @@
+// EmbeddingShard: one shard of one table on this server — its rows (in a
+// RowStore), its optimizer, and the arithmetic of a lookup and of a gradient
+// push for it. No sockets, no threads of its own: ps_service.h drives it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/job_config.h"
+#include "common/sharding_plan.h"
+#include "common/status.h"
+#include "kernels/dedup.h"
+#include "kernels/embedding_bag.h"
+#include "kernels/row_init.h"
+#include "kernels/sparse_optimizer.h"
+#include "ps/row_store.h"
+
+namespace tessera {
+
+// What a lookup leaves behind for the backward pass of one request entry.
+struct ForwardContextEntry {
+  uint32_t shard = 0;
+  int64_t num_bags = 0;
+  int64_t out_rows = 0;                // num_bags (pooled) or number of ids (unpooled)
+  kernels::Pooling pooling = kernels::Pooling::kSum;  // as applied (sum_partial turns MEAN into SUM)
+  std::vector<int64_t> unique_ids;     // [U] in first-seen order
+  std::vector<int32_t> inverse;        // [num_ids] into unique_ids
+  std::vector<int64_t> offsets;        // [num_bags + 1]
+  std::vector<float> weights;          // [num_ids] or empty
+};
+
+class EmbeddingShard {
+ public:
+  // REQUIRES: spec.table indexes the job's tables and `table` is that table.
+  static StatusOr<std::unique_ptr<EmbeddingShard>> Create(const ShardSpec& spec, const TableConfig& table);
+
+  const ShardSpec& spec() const { return spec_; }
+  const TableConfig& table() const { return table_; }
+  int cols() const { return spec_.num_cols; }
+  bool pooled() const { return pooling_ != kernels::Pooling::kNone; }
+  int64_t OutRows(int64_t num_bags, int64_t num_ids) const { return pooled() ? num_bags : num_ids; }
+  RowStore* store() { return store_.get(); }
+
+  // Checks every id lies in the shard's rows and every weight is finite, then
+  // deduplicates, gathers and pools. out: [OutRows x cols], overwritten.
+  // sum_partial pools a MEAN table by SUM (the trainer divides by the whole
+  // bag's length after adding the partials of several row shards).
+  // On error nothing is written to *ctx and the store is unchanged.
+  Status Forward(std::span<const int32_t> lengths, std::span<const int64_t> ids, std::span<const float> weights,
+                 bool sum_partial, kernels::IdDeduper* dedup, ForwardContextEntry* ctx, float* out);
+
+  // Row gradients of the context's unique ids: grad_out [out_rows x cols] ->
+  // grad_rows [U x cols].
+  void Backward(const ForwardContextEntry& ctx, const float* grad_out, float* grad_rows) const;
+
+  // Applies the optimizer once to each of the distinct `ids`.
+  Status Apply(std::span<const int64_t> ids, const float* grad_rows);
+
+  // The initial full row of `id` (weights of this shard's columns + state).
+  void InitRow(int64_t id, float* row) const;
+
+ private:
+  EmbeddingShard(const ShardSpec& spec, const TableConfig& table) : spec_(spec), table_(table) {}
+
+  ShardSpec spec_;
+  TableConfig table_;
+  kernels::Pooling pooling_ = kernels::Pooling::kSum;
+  kernels::SparseOptimizerConfig optimizer_;
+  kernels::RowInitializer initializer_;
+  std::unique_ptr<RowStore> store_;
+};
+
+}  // namespace tessera

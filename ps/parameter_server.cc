@@ -1,0 +1,99 @@
+#include "ps/parameter_server.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include <glog/logging.h>
+#include <nlohmann/json.hpp>
+
+#include "common/endpoint.h"
+#include "common/messages.h"
+
+namespace tessera {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const ParameterServerOptions& options) {
+  if (options.master.empty()) return Status::InvalidArgument("the master's address is required (--master tcp://HOST:PORT)");
+  std::unique_ptr<ParameterServer> ps(new ParameterServer());
+  ps->options_ = options;
+  // The rank is known only after registration; the service learns it then.
+  ps->service_ = std::make_unique<PsService>(PsServiceOptions{});
+  PsService* service = ps->service_.get();
+  TESSERA_ASSIGN_OR_RETURN(
+      ps->server_, RpcServer::Start(RpcServerOptions{options.bind_address, options.threads},
+                                    [service](Message&& m, Responder r) { service->Handle(std::move(m), std::move(r)); }));
+  ps->endpoint_ = ReplaceEndpointHost(ps->server_->endpoint(), options.advertise_host);
+  TESSERA_ASSIGN_OR_RETURN(ps->client_, RpcClient::Create());
+  TESSERA_ASSIGN_OR_RETURN(ps->master_peer_, ps->client_->Connect(options.master));
+  return ps;
+}
+
+ParameterServer::~ParameterServer() {
+  if (server_) server_->Stop();
+}
+
+Status ParameterServer::Register() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  json body = {{"role", "ps"}, {"endpoint", endpoint_}, {"host", host}, {"pid", static_cast<int64_t>(getpid())}};
+  const auto give_up = std::chrono::steady_clock::now() + milliseconds(options_.register_timeout_ms);
+  Status last;
+  while (std::chrono::steady_clock::now() < give_up) {
+    auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kRegister, body), milliseconds(2000));
+    if (reply.ok()) {
+      auto j = DecodeJson(*reply);
+      if (!j.ok()) return j.status();
+      rank_ = j->value("rank", -1);
+      heartbeat_ms_ = j->value("heartbeat_ms", heartbeat_ms_);
+      peer_timeout_ms_ = j->value("peer_timeout_ms", peer_timeout_ms_);
+      service_->set_rank(rank_);
+      LOG(INFO) << "registered with the master " << options_.master << " as ps " << rank_ << " (" << endpoint_
+                << ")";
+      return Status::OK();
+    }
+    last = reply.status();
+    if (last.code() != StatusCode::kDeadlineExceeded && last.code() != StatusCode::kUnavailable) {
+      return last.WithContext("registering with the master");
+    }
+  }
+  return Status::Unavailable("could not reach the master at " + options_.master + ": " + last.ToString());
+}
+
+Status ParameterServer::Run() {
+  TESSERA_RETURN_IF_ERROR(Register());
+  auto last_contact = std::chrono::steady_clock::now();
+  for (;;) {
+    if (service_->WaitForShutdown(milliseconds(heartbeat_ms_))) {
+      LOG(INFO) << "ps " << rank_ << ": shutdown requested by the master";
+      return Status::OK();
+    }
+    json body = {{"role", "ps"}, {"rank", rank_}, {"stats", service_->Stats()}};
+    auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kHeartbeat, body), milliseconds(heartbeat_ms_ * 2));
+    const auto now = std::chrono::steady_clock::now();
+    if (reply.ok()) {
+      last_contact = now;
+      auto j = DecodeJson(*reply);
+      if (j.ok() && j->value("state", "") == "aborted") {
+        const std::string reason = j->value("reason", std::string("job aborted"));
+        service_->Abort(Status::Aborted(reason));
+        return Status::Aborted(reason);
+      }
+    } else if (reply.status().code() != StatusCode::kDeadlineExceeded) {
+      // The master answered with an error: it no longer knows this server.
+      service_->Abort(reply.status());
+      return reply.status().WithContext("heartbeat");
+    }
+    if (now - last_contact > milliseconds(peer_timeout_ms_)) {
+      Status lost = Status::Unavailable("lost contact with the master " + options_.master + " for over " +
+                                        std::to_string(peer_timeout_ms_) + " ms");
+      service_->Abort(lost);
+      return lost;
+    }
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,58 @@
+// ParameterServer: one parameter-server process's life — listen, register
+// with the master, serve lookups and pushes, heartbeat, and stop when the
+// master says so (or exit with an error when the master is gone).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/rpc_client.h"
+#include "common/rpc_server.h"
+#include "common/status.h"
+#include "ps/ps_service.h"
+
+namespace tessera {
+
+struct ParameterServerOptions {
+  // The master's address, "tcp://host:port".
+  std::string master;
+  // Where to listen; port 0 picks a free one.
+  std::string bind_address = "tcp://127.0.0.1:0";
+  // The host name trainers use to reach this server (replaces the bind
+  // address's host in what is registered; "" keeps it).
+  std::string advertise_host;
+  // Threads serving lookups and pushes. More than the trainers' count buys
+  // nothing in sync mode; each thread keeps its own dedup scratch.
+  int threads = 2;
+  // How long to keep trying to reach the master at start.
+  int64_t register_timeout_ms = 120000;
+};
+
+class ParameterServer {
+ public:
+  static StatusOr<std::unique_ptr<ParameterServer>> Start(const ParameterServerOptions& options);
+  ~ParameterServer();
+
+  // Registers, then heartbeats until the master shuts the job down (OK), the
+  // job is aborted (ABORTED), or the master is unreachable (UNAVAILABLE).
+  Status Run();
+
+  const std::string& endpoint() const { return endpoint_; }
+  int rank() const { return rank_; }
+
+ private:
+  ParameterServer() = default;
+  Status Register();
+
+  ParameterServerOptions options_;
+  std::unique_ptr<PsService> service_;
+  std::unique_ptr<RpcServer> server_;
+  std::unique_ptr<RpcClient> client_;
+  int master_peer_ = -1;
+  std::string endpoint_;
+  int rank_ = -1;
+  int64_t heartbeat_ms_ = 500;
+  int64_t peer_timeout_ms_ = 10000;
+};
+
+}  // namespace tessera

@@ -1,0 +1,41 @@
+// tessera_ps: a parameter server. Registers with the master, then holds the
+// embedding shards the master's plan gives it until the job ends.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include "ps/parameter_server.h"
+
+DEFINE_string(master, "", "The master's address, tcp://HOST:PORT");
+DEFINE_string(bind, "tcp://127.0.0.1:0", "Where to listen (port 0: any free port)");
+DEFINE_string(advertise_host, "", "Host name trainers reach this server by (default: the bind host)");
+DEFINE_int32(threads, 2, "Threads serving lookups and pushes");
+DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("tessera_ps --master tcp://HOST:PORT [--bind tcp://0.0.0.0:0 --advertise_host HOST]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+
+  tessera::ParameterServerOptions options;
+  options.master = FLAGS_master;
+  options.bind_address = FLAGS_bind;
+  options.advertise_host = FLAGS_advertise_host;
+  options.threads = FLAGS_threads;
+  options.register_timeout_ms = FLAGS_register_timeout_ms;
+  auto ps = tessera::ParameterServer::Start(options);
+  if (!ps.ok()) {
+    LOG(ERROR) << "parameter server failed to start: " << ps.status();
+    return 1;
+  }
+  tessera::Status st = (*ps)->Run();
+  if (st.code() == tessera::StatusCode::kAborted) {
+    LOG(ERROR) << "job aborted: " << st.message();
+    return 2;
+  }
+  if (!st.ok()) {
+    LOG(ERROR) << "parameter server stopped: " << st;
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,508 @@
+#include "ps/ps_service.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include <glog/logging.h>
+#include <nlohmann/json.hpp>
+
+#include "common/param_file.h"
+#include "kernels/dedup.h"
+
+namespace tessera {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+kernels::IdDeduper* ThreadDeduper() {
+  thread_local kernels::IdDeduper dedup;
+  return &dedup;
+}
+
+std::string ContextName(uint32_t trainer, uint64_t step) {
+  return "trainer " + std::to_string(trainer) + " step " + std::to_string(step);
+}
+
+}  // namespace
+
+PsService::PsService(PsServiceOptions options)
+    : ps_rank_(options.ps_rank), shards_(std::make_shared<ShardMap>()), last_expiry_(Clock::now()) {}
+
+PsService::~PsService() { Abort(Status::Cancelled("parameter server shutting down")); }
+
+void PsService::set_rank(int rank) {
+  ps_rank_ = rank;
+}
+
+std::shared_ptr<const PsService::ShardMap> PsService::Shards() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shards_;
+}
+
+Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan) {
+  auto shards = std::make_shared<ShardMap>();
+  for (const ShardSpec& spec : plan.ShardsOf(ps_rank_.load())) {
+    if (spec.table < 0 || spec.table >= static_cast<int>(job.tables.size())) {
+      return Status::InvalidArgument("plan names table " + std::to_string(spec.table) + " which the job lacks");
+    }
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddingShard> shard,
+                             EmbeddingShard::Create(spec, job.tables[spec.table]));
+    (*shards)[spec.shard_id] = std::move(shard);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  shards_ = std::move(shards);
+  job_ = job;
+  plan_version_ = plan.version;
+  contexts_.clear();
+  pending_.clear();
+  deferred_.clear();
+  applied_steps_ = 0;
+  last_pushed_step_.assign(job.cluster.num_trainers, -1);
+  failure_ = Status::OK();
+  LOG(INFO) << "ps " << ps_rank_.load() << ": holding " << shards_->size() << " shard(s) of job '" << job.name
+            << "', plan version " << plan.version << ", " << ConsistencyName(job.training.consistency) << " mode";
+  return Status::OK();
+}
+
+void PsService::Abort(const Status& reason) {
+  std::map<uint64_t, std::vector<DeferredLookup>> deferred;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.ok()) failure_ = reason.ok() ? Status::Aborted("job aborted") : reason;
+    deferred.swap(deferred_);
+  }
+  for (auto& [step, lookups] : deferred) {
+    for (DeferredLookup& d : lookups) d.responder.ReplyError(reason);
+  }
+}
+
+bool PsService::WaitForShutdown(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return shutdown_cv_.wait_for(lock, timeout, [this] { return shutdown_; });
+}
+
+bool PsService::shutdown_requested() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shutdown_;
+}
+
+void PsService::Handle(Message&& request, Responder responder) {
+  switch (request.header.op) {
+    case Opcode::kLookup:
+      HandleLookup(std::move(request), std::move(responder));
+      return;
+    case Opcode::kPushGradients:
+      HandlePush(std::move(request), std::move(responder));
+      return;
+    default:
+      HandleControl(std::move(request), std::move(responder));
+  }
+}
+
+void PsService::HandleLookup(Message&& m, Responder r) {
+  const Header header = m.header;
+  auto decoded = DecodeLookupRequest(std::move(m));
+  if (!decoded.ok()) {
+    ++errors_;
+    r.ReplyError(decoded.status());
+    return;
+  }
+  LookupRequest req = std::move(decoded).value();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!failure_.ok()) {
+    r.ReplyError(failure_);
+    return;
+  }
+  if (!job_) {
+    r.ReplyError(Status::FailedPrecondition("no shards created on this server yet"));
+    return;
+  }
+  if (header.plan_version != plan_version_) {
+    r.ReplyError(Status::PlanChanged("request has plan version " + std::to_string(header.plan_version) +
+                                     ", server has " + std::to_string(plan_version_)));
+    return;
+  }
+  if (req.meta.trainer >= static_cast<uint32_t>(job_->cluster.num_trainers)) {
+    ++errors_;
+    r.ReplyError(Status::InvalidArgument("trainer rank " + std::to_string(req.meta.trainer) + " not in this job"));
+    return;
+  }
+  if (job_->training.consistency == Consistency::kSync && req.meta.step > applied_steps_) {
+    // Step t+1 waits for step t's gradients of every trainer.
+    const uint64_t step = req.meta.step;
+    deferred_[step].push_back(DeferredLookup{std::move(req), std::move(r)});
+    return;
+  }
+  lock.unlock();
+  ServeLookup(std::move(req), std::move(r));
+}
+
+void PsService::ServeLookup(LookupRequest&& req, Responder r) {
+  auto shards = Shards();
+  // Size the reply and check every entry before computing anything.
+  size_t total = 0;
+  std::vector<EmbeddingShard*> entry_shards;
+  for (size_t i = 0; i < req.entries.size(); ++i) {
+    const LookupEntry& e = req.entries[i];
+    auto it = shards->find(e.shard);
+    if (it == shards->end()) {
+      ++errors_;
+      r.ReplyError(Status::NotFound("shard " + std::to_string(e.shard) + " is not on parameter server " +
+                                    std::to_string(ps_rank_.load())));
+      return;
+    }
+    entry_shards.push_back(it->second.get());
+    total += static_cast<size_t>(it->second->OutRows(e.num_bags, e.num_ids)) * it->second->cols();
+  }
+  std::vector<float> values(total);
+  Context ctx;
+  ctx.entries.resize(req.entries.size());
+  size_t bag = 0, id = 0, weight = 0, out = 0;
+  for (size_t i = 0; i < req.entries.size(); ++i) {
+    const LookupEntry& e = req.entries[i];
+    EmbeddingShard* shard = entry_shards[i];
+    auto lengths = req.lengths.span().subspan(bag, e.num_bags);
+    auto ids = req.ids.span().subspan(id, e.num_ids);
+    std::span<const float> weights;
+    if (e.weighted()) weights = req.weights.span().subspan(weight, e.num_ids);
+    Status st = shard->Forward(lengths, ids, weights, e.sum_partial(), ThreadDeduper(), &ctx.entries[i], values.data() + out);
+    if (!st.ok()) {
+      ++errors_;
+      r.ReplyError(st);
+      return;
+    }
+    bag += e.num_bags;
+    id += e.num_ids;
+    if (e.weighted()) weight += e.num_ids;
+    out += static_cast<size_t>(ctx.entries[i].out_rows) * shard->cols();
+  }
+  ctx.created = Clock::now();
+  if (!(req.meta.flags & kLookupNoContext)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ExpireContexts();
+    // A retried lookup replaces its earlier context: lookups are idempotent.
+    contexts_[{req.meta.trainer, req.meta.step}] = std::move(ctx);
+  }
+  ++lookups_;
+  ids_looked_up_ += static_cast<int64_t>(req.ids.size());
+  r.Reply(EncodeLookupResponse(req.source.header, std::move(values)));
+}
+
+Status PsService::PushToRowGrads(const PushRequest& push, const Context& ctx, std::vector<EntryGrads>* out) {
+  if (push.entries.size() != ctx.entries.size()) {
+    return Status::InvalidArgument("push has " + std::to_string(push.entries.size()) + " entries but the lookup had " +
+                                   std::to_string(ctx.entries.size()));
+  }
+  for (float g : push.grads.span()) {
+    if (!std::isfinite(g)) return Status::InvalidArgument("non-finite gradient in push; nothing applied");
+  }
+  auto shards = Shards();
+  out->clear();
+  out->resize(ctx.entries.size());
+  size_t offset = 0;
+  for (size_t i = 0; i < ctx.entries.size(); ++i) {
+    const PushEntry& pe = push.entries[i];
+    const ForwardContextEntry& ce = ctx.entries[i];
+    auto it = shards->find(ce.shard);
+    if (pe.shard != ce.shard || it == shards->end()) {
+      return Status::InvalidArgument("push entry " + std::to_string(i) + " names shard " + std::to_string(pe.shard) +
+                                     " but the lookup used shard " + std::to_string(ce.shard));
+    }
+    EmbeddingShard* shard = it->second.get();
+    if (pe.rows != ce.out_rows || pe.cols != static_cast<uint32_t>(shard->cols())) {
+      return Status::InvalidArgument("push entry " + std::to_string(i) + " has shape " + std::to_string(pe.rows) +
+                                     "x" + std::to_string(pe.cols) + ", the lookup returned " +
+                                     std::to_string(ce.out_rows) + "x" + std::to_string(shard->cols()));
+    }
+    EntryGrads& g = (*out)[i];
+    g.shard = ce.shard;
+    g.ids = ce.unique_ids;
+    g.grads.resize(g.ids.size() * shard->cols());
+    shard->Backward(ce, push.grads.data() + offset, g.grads.data());
+    offset += static_cast<size_t>(pe.rows) * pe.cols;
+  }
+  return Status::OK();
+}
+
+Status PsService::ApplyMerged(const std::vector<const std::vector<EntryGrads>*>& pushes) {
+  auto shards = Shards();
+  // Group the entries by shard, keeping the given order within a shard.
+  std::map<uint32_t, std::vector<const EntryGrads*>> by_shard;
+  for (const auto* push : pushes) {
+    for (const EntryGrads& g : *push) by_shard[g.shard].push_back(&g);
+  }
+  std::vector<int64_t> all_ids, unique;
+  std::vector<int32_t> inverse;
+  std::vector<float> summed;
+  for (auto& [shard_id, parts] : by_shard) {
+    EmbeddingShard* shard = shards->at(shard_id).get();
+    const int cols = shard->cols();
+    if (parts.size() == 1) {
+      TESSERA_RETURN_IF_ERROR(shard->Apply(parts[0]->ids, parts[0]->grads.data()));
+      continue;
+    }
+    all_ids.clear();
+    for (const EntryGrads* p : parts) all_ids.insert(all_ids.end(), p->ids.begin(), p->ids.end());
+    ThreadDeduper()->Run(all_ids, &unique, &inverse);
+    summed.assign(unique.size() * cols, 0.0f);
+    size_t k = 0;
+    for (const EntryGrads* p : parts) {
+      for (size_t i = 0; i < p->ids.size(); ++i, ++k) {
+        float* dst = summed.data() + static_cast<size_t>(inverse[k]) * cols;
+        const float* src = p->grads.data() + i * cols;
+        for (int c = 0; c < cols; ++c) dst[c] += src[c];
+      }
+    }
+    TESSERA_RETURN_IF_ERROR(shard->Apply(unique, summed.data()));
+  }
+  return Status::OK();
+}
+
+void PsService::HandlePush(Message&& m, Responder r) {
+  auto decoded = DecodePushRequest(std::move(m));
+  if (!decoded.ok()) {
+    ++errors_;
+    r.ReplyError(decoded.status());
+    return;
+  }
+  PushRequest push = std::move(decoded).value();
+  const uint32_t trainer = push.meta.trainer;
+  const uint64_t step = push.meta.step;
+  Context ctx;
+  bool sync = false;
+  int world = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) {
+      r.ReplyError(failure_);
+      return;
+    }
+    if (!job_ || trainer >= static_cast<uint32_t>(job_->cluster.num_trainers)) {
+      ++errors_;
+      r.ReplyError(Status::InvalidArgument("trainer rank " + std::to_string(trainer) + " not in this job"));
+      return;
+    }
+    if (push.source.header.plan_version != plan_version_) {
+      r.ReplyError(Status::PlanChanged("push has plan version " + std::to_string(push.source.header.plan_version) +
+                                       ", server has " + std::to_string(plan_version_)));
+      return;
+    }
+    if (static_cast<int64_t>(step) <= last_pushed_step_[trainer]) {
+      r.ReplyError(Status::AlreadyApplied("gradients of " + ContextName(trainer, step) + " were already applied"));
+      return;
+    }
+    auto it = contexts_.find({trainer, step});
+    if (it == contexts_.end()) {
+      ++errors_;
+      r.ReplyError(Status::NotFound("no backward context for " + ContextName(trainer, step) +
+                                    " (never looked up here, or expired)"));
+      return;
+    }
+    // Taken out while the gradients are checked; put back if they are bad.
+    ctx = std::move(it->second);
+    contexts_.erase(it);
+    sync = job_->training.consistency == Consistency::kSync;
+    world = job_->cluster.num_trainers;
+  }
+
+  std::vector<EntryGrads> grads;
+  Status st = PushToRowGrads(push, ctx, &grads);
+  if (!st.ok()) {
+    ++errors_;
+    std::lock_guard<std::mutex> lock(mu_);
+    contexts_.emplace(std::make_pair(trainer, step), std::move(ctx));
+    r.ReplyError(st);
+    return;
+  }
+
+  if (!sync) {
+    st = ApplyMerged({&grads});
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!st.ok()) {
+      failure_ = st.WithContext("applying gradients");
+      LOG(ERROR) << failure_;
+      r.ReplyError(failure_);
+      return;
+    }
+    last_pushed_step_[trainer] = std::max<int64_t>(last_pushed_step_[trainer], static_cast<int64_t>(step));
+    ++pushes_applied_;
+    r.ReplyOk();
+    return;
+  }
+
+  // Sync: park the gradients until every trainer's push of this step is in.
+  std::optional<PendingStep> complete;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PendingStep& p = pending_[step];
+    if (p.by_trainer.empty()) p.by_trainer.resize(world);
+    p.by_trainer[trainer] = std::move(grads);
+    ++p.received;
+    last_pushed_step_[trainer] = static_cast<int64_t>(step);
+    if (p.received == world) {
+      CHECK_EQ(step, applied_steps_) << "sync step completed out of order";
+      complete = std::move(p);
+      pending_.erase(step);
+    }
+  }
+  r.ReplyOk();
+  if (!complete) return;
+
+  std::vector<const std::vector<EntryGrads>*> in_rank_order;
+  for (auto& g : complete->by_trainer) in_rank_order.push_back(&*g);
+  st = ApplyMerged(in_rank_order);
+  std::vector<DeferredLookup> released;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!st.ok()) {
+      failure_ = st.WithContext("applying step " + std::to_string(step));
+      LOG(ERROR) << failure_;
+    } else {
+      pushes_applied_ += world;
+      applied_steps_ = step + 1;
+      auto it = deferred_.find(applied_steps_);
+      if (it != deferred_.end()) {
+        released = std::move(it->second);
+        deferred_.erase(it);
+      }
+    }
+  }
+  if (!st.ok()) {
+    Abort(st);
+    return;
+  }
+  for (DeferredLookup& d : released) ServeLookup(std::move(d.request), std::move(d.responder));
+}
+
+void PsService::ExpireContexts() {
+  const auto now = Clock::now();
+  if (!job_ || now - last_expiry_ < std::chrono::seconds(1)) return;
+  last_expiry_ = now;
+  const auto ttl = std::chrono::milliseconds(job_->runtime.context_ttl_ms);
+  for (auto it = contexts_.begin(); it != contexts_.end();) {
+    if (now - it->second.created > ttl) {
+      LOG(WARNING) << "backward context of " << ContextName(it->first.first, it->first.second)
+                   << " expired without a push";
+      it = contexts_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+StatusOr<std::vector<std::string>> PsService::DumpShards(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::Unavailable("cannot create " + dir + ": " + ec.message());
+  auto shards = Shards();
+  std::vector<std::string> files;
+  for (const auto& [id, shard] : *shards) {
+    std::vector<int64_t> ids;
+    std::vector<float> rows;
+    const int width = shard->store()->row_width();
+    TESSERA_RETURN_IF_ERROR(shard->store()->ForEach([&](int64_t row_id, const float* row) {
+      ids.push_back(row_id);
+      rows.insert(rows.end(), row, row + width);
+      return Status::OK();
+    }));
+    const ShardSpec& s = shard->spec();
+    json meta = {{"table", shard->table().name}, {"shard_id", s.shard_id},  {"row_offset", s.row_offset},
+                 {"num_rows", s.num_rows},       {"col_offset", s.col_offset}, {"num_cols", s.num_cols},
+                 {"row_width", width}};
+    const int64_t n = static_cast<int64_t>(ids.size());
+    std::vector<ParamArray> arrays;
+    arrays.push_back(ParamArray::Text("meta", meta.dump()));
+    arrays.push_back(ParamArray::Ints("ids", n, 1, std::move(ids)));
+    arrays.push_back(ParamArray::Floats("rows", n, width, std::move(rows)));
+    const std::string path = dir + "/shard" + std::to_string(id) + ".params";
+    TESSERA_RETURN_IF_ERROR(WriteParamFile(path, arrays));
+    files.push_back(path);
+  }
+  return files;
+}
+
+json PsService::Stats() const {
+  auto shards = Shards();
+  json s = json::array();
+  for (const auto& [id, shard] : *shards) {
+    s.push_back({{"shard_id", id}, {"table", shard->table().name}, {"rows_materialized", shard->store()->size()}});
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return json{{"ps_rank", ps_rank_.load()},
+              {"shards", s},
+              {"lookups", lookups_.load()},
+              {"ids_looked_up", ids_looked_up_.load()},
+              {"pushes_applied", pushes_applied_.load()},
+              {"errors", errors_.load()},
+              {"open_contexts", contexts_.size()},
+              {"applied_steps", applied_steps_}};
+}
+
+void PsService::HandleControl(Message&& m, Responder r) {
+  const Opcode op = m.header.op;
+  auto body = DecodeJson(m);
+  if (!body.ok()) {
+    r.ReplyError(body.status());
+    return;
+  }
+  try {
+    switch (op) {
+      case Opcode::kCreateShards: {
+        auto job = ParseJobConfigJson(body->at("job"), "");
+        if (!job.ok()) {
+          r.ReplyError(job.status().WithContext("job config"));
+          return;
+        }
+        auto plan = ShardingPlan::FromJson(body->at("plan"));
+        if (!plan.ok()) {
+          r.ReplyError(plan.status());
+          return;
+        }
+        Status st = CreateShards(*job, *plan);
+        if (!st.ok()) {
+          r.ReplyError(st);
+          return;
+        }
+        r.ReplyOk();
+        return;
+      }
+      case Opcode::kDumpShards: {
+        auto files = DumpShards(body->at("dir").get<std::string>());
+        if (!files.ok()) {
+          r.ReplyError(files.status());
+          return;
+        }
+        r.Reply(EncodeJsonReply(r.request_header(), json{{"files", *files}}));
+        return;
+      }
+      case Opcode::kServerStats:
+        r.Reply(EncodeJsonReply(r.request_header(), Stats()));
+        return;
+      case Opcode::kAbort: {
+        const std::string reason = body->value("reason", std::string("job aborted by the master"));
+        LOG(ERROR) << "ps " << ps_rank_.load() << ": aborted: " << reason;
+        Abort(Status::Aborted(reason));
+        r.ReplyOk();
+        return;
+      }
+      case Opcode::kShutdown: {
+        r.ReplyOk();
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          shutdown_ = true;
+        }
+        shutdown_cv_.notify_all();
+        return;
+      }
+      default:
+        r.ReplyError(Status::Unimplemented(std::string("parameter server does not handle ") + OpcodeName(op)));
+    }
+  } catch (const json::exception& e) {
+    r.ReplyError(Status::InvalidArgument(std::string(OpcodeName(op)) + ": malformed body: " + e.what()));
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,134 @@
+// PsService: the parameter server's request handlers (DESIGN.md §4–5).
+//
+// A lookup (trainer, step) gathers and pools rows of the shards it names and
+// opens a backward context; the push of the same (trainer, step) turns the
+// output gradients into row gradients with the ids the context remembered and
+// applies the sparse optimizer.
+//
+// Consistency:
+//   sync   The server applies step t's gradients of all trainers, summed in
+//          rank order, before it serves any step t+1 lookup (those wait).
+//          Training then equals single-process training on the concatenated
+//          batch. Every trainer sends one lookup and one push per server per
+//          step, empty when it has nothing for this server.
+//   async  Each push is applied on arrival; lookups never wait (Hogwild).
+//
+// Exactly once: a push carries (trainer, step); one at or below the last
+// step applied for that trainer is answered ALREADY_APPLIED and not applied.
+// Bad input (unknown shard, id outside the shard, NaN gradient, shapes that
+// disagree with the context) is answered with an error and changes nothing.
+//
+// Thread safety: all methods may be called from any thread concurrently.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/job_config.h"
+#include "common/messages.h"
+#include "common/rpc_server.h"
+#include "common/sharding_plan.h"
+#include "common/status.h"
+#include "ps/embedding_shard.h"
+
+namespace tessera {
+
+struct PsServiceOptions {
+  // This server's rank among the job's parameter servers.
+  int ps_rank = 0;
+};
+
+class PsService {
+ public:
+  explicit PsService(PsServiceOptions options);
+  ~PsService();
+
+  // Entry point for RpcServer: dispatches on the opcode.
+  void Handle(Message&& request, Responder responder);
+
+  // Creates the shards the plan places on this server, for this job. Replaces
+  // any earlier job's shards.
+  Status CreateShards(const JobConfig& job, const ShardingPlan& plan);
+
+  // Fails waiting and future requests with `reason` (the master ends the job).
+  void Abort(const Status& reason);
+
+  // Writes each shard's materialized rows to dir/shard<id>.params.
+  StatusOr<std::vector<std::string>> DumpShards(const std::string& dir);
+
+  nlohmann::json Stats() const;
+
+  // The rank is assigned by the master at registration.
+  void set_rank(int rank);
+
+  // Blocks until a SHUTDOWN request arrived or the deadline passed; true if shut down.
+  bool WaitForShutdown(std::chrono::milliseconds timeout);
+  bool shutdown_requested() const;
+
+ private:
+  struct Context {
+    std::vector<ForwardContextEntry> entries;
+    std::chrono::steady_clock::time_point created;
+  };
+  // Row gradients of one push, per request entry.
+  struct EntryGrads {
+    uint32_t shard = 0;
+    std::vector<int64_t> ids;
+    std::vector<float> grads;  // [ids x cols]
+  };
+  struct DeferredLookup {
+    LookupRequest request;
+    Responder responder;
+  };
+  struct PendingStep {
+    std::vector<std::optional<std::vector<EntryGrads>>> by_trainer;
+    int received = 0;
+  };
+
+  void HandleLookup(Message&& m, Responder r);
+  void HandlePush(Message&& m, Responder r);
+  void HandleControl(Message&& m, Responder r);
+
+  // Computes and answers a lookup; stores its context on success.
+  void ServeLookup(LookupRequest&& req, Responder r);
+  // Checks a push against its context and computes row gradients.
+  Status PushToRowGrads(const PushRequest& push, const Context& ctx, std::vector<EntryGrads>* out);
+  // Sums the row gradients of several pushes (in the order given) per shard
+  // and applies the optimizer once per shard.
+  Status ApplyMerged(const std::vector<const std::vector<EntryGrads>*>& pushes);
+  void ExpireContexts();  // REQUIRES: mu_ held
+  using ShardMap = std::unordered_map<uint32_t, std::shared_ptr<EmbeddingShard>>;
+  // The current shards; requests hold the snapshot they started with.
+  std::shared_ptr<const ShardMap> Shards() const;
+
+  std::atomic<int> ps_rank_;
+
+  mutable std::mutex mu_;
+  std::condition_variable shutdown_cv_;
+  std::shared_ptr<const ShardMap> shards_;                                 // GUARDED_BY(mu_)
+  std::optional<JobConfig> job_;                                          // GUARDED_BY(mu_)
+  uint32_t plan_version_ = 0;                                             // GUARDED_BY(mu_)
+  std::map<std::pair<uint32_t, uint64_t>, Context> contexts_;             // GUARDED_BY(mu_)
+  std::chrono::steady_clock::time_point last_expiry_;                     // GUARDED_BY(mu_)
+  std::vector<int64_t> last_pushed_step_;                                 // GUARDED_BY(mu_)
+  uint64_t applied_steps_ = 0;                                            // GUARDED_BY(mu_)
+  std::map<uint64_t, PendingStep> pending_;                               // GUARDED_BY(mu_)
+  std::map<uint64_t, std::vector<DeferredLookup>> deferred_;              // GUARDED_BY(mu_)
+  Status failure_;                                                        // GUARDED_BY(mu_)
+  bool shutdown_ = false;                                                 // GUARDED_BY(mu_)
+
+  std::atomic<int64_t> lookups_{0}, ids_looked_up_{0}, pushes_applied_{0}, errors_{0};
+};
+
+}  // namespace tessera

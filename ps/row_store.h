@@ -1,0 +1,68 @@
+// RowStore: where a shard's rows live (DESIGN.md §6). One store per shard.
+//
+// A stored row is `row_width` floats: the shard's embedding columns followed
+// by the optimizer state, so a row and its state always move together (to
+// disk, between tiers, in checkpoints). A row that was never used is not
+// stored: its value is its deterministic initial value (RowInitFn), computed
+// when a lookup or an update first touches it. Implementations: MemoryRowStore here;
+// RocksDB and GPU tiers sit behind the same interface.
+//
+// Thread safety: every method may be called concurrently with any other; a
+// Gather never sees half an Update of a row.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "common/status.h"
+
+namespace tessera {
+
+// Writes the initial full row (weights and optimizer state) of `id` into
+// row[0 .. row_width). Must be a pure function of id.
+using RowInitFn = std::function<void(int64_t id, float* row)>;
+
+struct RowStoreOptions {
+  int row_width = 0;   // floats per stored row
+  int gather_cols = 0; // floats Gather copies out of each row (the embedding)
+  RowInitFn init;
+};
+
+class RowStore {
+ public:
+  virtual ~RowStore() = default;
+
+  int row_width() const { return options_.row_width; }
+  int gather_cols() const { return options_.gather_cols; }
+
+  // out[i * gather_cols ..] = first gather_cols floats of row ids[i]. May
+  // materialize rows read for the first time (they are about to be updated).
+  // REQUIRES: out holds ids.size() * gather_cols floats.
+  virtual Status Gather(std::span<const int64_t> ids, float* out) = 0;
+
+  // Calls fn once with pointers to the full rows of `ids` (materializing the
+  // missing ones from the initializer), which fn may modify in place; the
+  // store keeps the result. REQUIRES: ids distinct. The rows are locked
+  // against other readers and writers while fn runs.
+  using UpdateFn = std::function<void(float* const* rows, int64_t n)>;
+  virtual Status Update(std::span<const int64_t> ids, const UpdateFn& fn) = 0;
+
+  // Inserts or overwrites full rows: rows is [ids.size() x row_width].
+  virtual Status Put(std::span<const int64_t> ids, const float* rows) = 0;
+
+  // Visits every materialized row (order unspecified). Writers wait.
+  virtual Status ForEach(const std::function<Status(int64_t id, const float* row)>& fn) = 0;
+
+  // Rows materialized.
+  virtual int64_t size() const = 0;
+
+ protected:
+  explicit RowStore(RowStoreOptions options) : options_(std::move(options)) {}
+  RowStoreOptions options_;
+};
+
+std::unique_ptr<RowStore> NewMemoryRowStore(const RowStoreOptions& options);
+
+}  // namespace tessera

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Configures and builds Tessera into build/ (or $TESSERA_BUILD_DIR).
+#   scripts/build.sh                 release build (RelWithDebInfo)
+#   scripts/build.sh --asan          AddressSanitizer + UBSan build in build-asan/
+#   scripts/build.sh --target X      only target X
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUILD_DIR="${TESSERA_BUILD_DIR:-$ROOT/build}"
+JOBS="${TESSERA_JOBS:-2}"
+EXTRA=()
+TARGETS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --asan) BUILD_DIR="$ROOT/build-asan"; EXTRA+=(-DTESSERA_SANITIZE=ON -DTESSERA_WITH_CUDA=OFF); shift ;;
+    --target) TARGETS+=(--target "$2"); shift 2 ;;
+    *) EXTRA+=("$1"); shift ;;
+  esac
+done
+"$ROOT/scripts/install_deps.sh"
+cmake -S "$ROOT" -B "$BUILD_DIR" "${EXTRA[@]}" >/dev/null
+cmake --build "$BUILD_DIR" -j"$JOBS" "${TARGETS[@]}"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the whole test suite through
+# CTest; then runs the unit tests again in an AddressSanitizer +
+# UndefinedBehaviorSanitizer build (memory errors in a server are data loss).
+#   scripts/test.sh            everything
+#   scripts/test.sh --no-asan  skip the sanitizer pass
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+JOBS="${TESSERA_JOBS:-2}"
+ASAN=1
+[ "${1:-}" = "--no-asan" ] && ASAN=0
+
+"$ROOT/scripts/install_deps.sh"
+
+echo "== build (release)"
+cmake -S "$ROOT" -B "$ROOT/build" -DTESSERA_WERROR=ON >/dev/null
+cmake --build "$ROOT/build" -j"$JOBS"
+echo "== tests (release)"
+(cd "$ROOT/build" && ctest --output-on-failure -j"$JOBS")
+
+if [ "$ASAN" = 1 ]; then
+  echo "== build (AddressSanitizer + UndefinedBehaviorSanitizer, unit tests)"
+  cmake -S "$ROOT" -B "$ROOT/build-asan" -DTESSERA_SANITIZE=ON -DTESSERA_WITH_CUDA=OFF -DTESSERA_WERROR=ON \
+    -DCMAKE_BUILD_TYPE=Debug >/dev/null
+  UNIT_TARGETS=$(cd "$ROOT/build-asan" && ctest -N -L unit | awk '/Test +#/ {print $3}')
+  # shellcheck disable=SC2086
+  cmake --build "$ROOT/build-asan" -j"$JOBS" --target $UNIT_TARGETS
+  echo "== unit tests (sanitizers)"
+  (cd "$ROOT/build-asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --output-on-failure -j"$JOBS" -L unit)
+fi
+echo "== all tests passed"

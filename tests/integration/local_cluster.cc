@@ -1,0 +1,143 @@
+#include "tests/integration/local_cluster.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+extern char** environ;
+
+namespace tessera::testing {
+
+using std::chrono::milliseconds;
+
+LocalCluster::LocalCluster(const std::string& name) {
+  dir_ = (std::filesystem::temp_directory_path() /
+          ("tessera_" + name + "_" + std::to_string(getpid()) + "_" +
+           std::to_string(std::chrono::steady_clock::now().time_since_epoch().count())))
+             .string();
+  std::filesystem::create_directories(dir_);
+}
+
+LocalCluster::~LocalCluster() {
+  for (auto& [name, pid] : pids_) {
+    if (exit_codes_.count(name)) continue;
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+  }
+  // Logs of a failed test stay for a look; a passed test leaves nothing.
+  if (!::testing::Test::HasFailure() && getenv("TESSERA_KEEP_TEST_DIRS") == nullptr) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+}
+
+Status LocalCluster::Spawn(const std::string& name, const std::string& binary, const std::vector<std::string>& args) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  const std::string log = dir_ + "/" + name + ".log";
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<std::string> all = {binary};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return Status::Internal("cannot start " + binary + ": " + strerror(rc));
+  pids_[name] = pid;
+  return Status::OK();
+}
+
+Status LocalCluster::StartMaster(const nlohmann::json& config, const std::vector<std::string>& extra_args) {
+  const std::string config_path = dir_ + "/job.json";
+  std::ofstream(config_path) << config.dump(2);
+  const std::string endpoint_file = dir_ + "/master.endpoint";
+  std::vector<std::string> args = {"--config",        config_path,   "--bind",        "tcp://127.0.0.1:0",
+                                   "--endpoint_file", endpoint_file, "--summary_file", dir_ + "/summary.json"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  TESSERA_RETURN_IF_ERROR(Spawn("master", TESSERA_MASTER_BIN, args));
+  for (int i = 0; i < 300; ++i) {
+    std::ifstream in(endpoint_file);
+    if (in >> master_ && !master_.empty()) return Status::OK();
+    if (!Running("master")) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return Status::Unavailable("the master did not start:\n" + Log("master"));
+}
+
+Status LocalCluster::StartPs(int index) {
+  return Spawn("ps" + std::to_string(index), TESSERA_PS_BIN, {"--master", master_});
+}
+
+Status LocalCluster::StartTrainer(int rank, int world) {
+  const std::string name = "trainer" + std::to_string(rank);
+  return Spawn(name, TESSERA_TRAINER_BIN,
+               {"--master", master_, "--rank", std::to_string(rank), "--world", std::to_string(world),
+                "--metrics_file", dir_ + "/" + name + ".jsonl"});
+}
+
+Status LocalCluster::StartJob(const nlohmann::json& config, int num_ps, int num_trainers,
+                              const std::vector<std::string>& master_args) {
+  TESSERA_RETURN_IF_ERROR(StartMaster(config, master_args));
+  for (int i = 0; i < num_ps; ++i) TESSERA_RETURN_IF_ERROR(StartPs(i));
+  for (int r = 0; r < num_trainers; ++r) TESSERA_RETURN_IF_ERROR(StartTrainer(r, num_trainers));
+  return Status::OK();
+}
+
+int LocalCluster::Wait(const std::string& name, milliseconds timeout) {
+  auto code = exit_codes_.find(name);
+  if (code != exit_codes_.end()) return code->second;
+  auto it = pids_.find(name);
+  if (it == pids_.end()) return -1;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t r = waitpid(it->second, &status, WNOHANG);
+    if (r == it->second) {
+      const int c = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      exit_codes_[name] = c;
+      return c;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+}
+
+bool LocalCluster::Running(const std::string& name) { return Wait(name, milliseconds(0)) == -1; }
+
+void LocalCluster::Kill(const std::string& name, int signal) {
+  auto it = pids_.find(name);
+  if (it != pids_.end() && !exit_codes_.count(name)) kill(it->second, signal);
+}
+
+std::string LocalCluster::Log(const std::string& name) const {
+  std::ifstream in(dir_ + "/" + name + ".log");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<nlohmann::json> LocalCluster::Metrics(int rank) const {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(dir_ + "/trainer" + std::to_string(rank) + ".jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) out.push_back(j);
+  }
+  return out;
+}
+
+}  // namespace tessera::testing

@@ -1,0 +1,54 @@
+// Starts real Tessera processes on 127.0.0.1 for integration tests and ends
+// every one of them (by pid) when the test is over, whatever happened.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace tessera::testing {
+
+class LocalCluster {
+ public:
+  // Creates a fresh work directory for logs, metrics and dumps.
+  explicit LocalCluster(const std::string& name);
+  ~LocalCluster();  // SIGKILLs and reaps whatever still runs
+
+  const std::string& dir() const { return dir_; }
+
+  // Writes `config` to dir/job.json and starts the master on a free port;
+  // returns once it listens.
+  Status StartMaster(const nlohmann::json& config, const std::vector<std::string>& extra_args = {});
+  Status StartPs(int index);
+  Status StartTrainer(int rank, int world);
+  // The whole job: master, num_ps servers, num_trainers trainers.
+  Status StartJob(const nlohmann::json& config, int num_ps, int num_trainers,
+                  const std::vector<std::string>& master_args = {});
+
+  // Exit code of `name` ("master", "ps0", "trainer1"), waiting up to
+  // `timeout`; -1 if it is still running then, 128+N if killed by signal N.
+  int Wait(const std::string& name, std::chrono::milliseconds timeout);
+  void Kill(const std::string& name, int signal);
+  bool Running(const std::string& name);
+
+  std::string Log(const std::string& name) const;
+  // Per-step metrics of a trainer (its JSON lines).
+  std::vector<nlohmann::json> Metrics(int rank) const;
+
+ private:
+  Status Spawn(const std::string& name, const std::string& binary, const std::vector<std::string>& args);
+
+  std::string dir_;
+  std::string master_;
+  std::map<std::string, pid_t> pids_;
+  std::map<std::string, int> exit_codes_;
+};
+
+}  // namespace tessera::testing

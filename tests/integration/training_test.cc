@@ -1,0 +1,96 @@
+// Whole jobs on loopback: the loss falls; a trainer killed mid-run ends the
+// job with a clear error and a non-zero exit instead of a hang.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <thread>
+
+#include "tests/integration/local_cluster.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+json SyntheticJob(int64_t steps, int num_ps, int trainers) {
+  auto table = [](const std::string& name, int rows, int dim) {
+    return json{{"name", name}, {"num_embeddings", rows}, {"embedding_dim", dim}, {"feature_names", {name}}};
+  };
+  return json{{"name", "training-test"},
+              {"cluster", {{"num_ps", num_ps}, {"num_trainers", trainers}}},
+              {"tables", {table("users", 5000, 16), table("items", 2000, 8), table("ctx", 100, 4)}},
+              {"model", {{"num_dense_features", 4}, {"bottom_mlp", {16, 8}}, {"top_mlp", {32, 1}}}},
+              {"data",
+               {{"source", "synthetic"}, {"num_examples", 50000}, {"ids_per_bag", 4}, {"zipf", 1.05},
+                {"labels", "learnable"}}},
+              {"training",
+               {{"batch_size", 128},
+                {"steps", steps},
+                {"dense_optimizer", {{"type", "sgd"}, {"lr", 0.2}}},
+                {"sparse_optimizer", {{"type", "adagrad"}, {"lr", 0.1}}},
+                {"seed", 3},
+                {"log_every", 20}}},
+              {"runtime", {{"heartbeat_ms", 200}, {"peer_timeout_ms", 2000}}}};
+}
+
+double MeanLoss(const std::vector<json>& m, size_t begin, size_t end) {
+  double sum = 0;
+  for (size_t i = begin; i < end; ++i) sum += m[i]["loss"].get<double>();
+  return sum / static_cast<double>(end - begin);
+}
+
+TEST(TrainingTest, LossFallsWithTwoServersAndTwoTrainers) {
+  testing::LocalCluster cluster("loss_falls");
+  ASSERT_TRUE(cluster.StartJob(SyntheticJob(300, 2, 2), 2, 2).ok());
+  ASSERT_EQ(cluster.Wait("master", milliseconds(120000)), 0) << cluster.Log("master") << cluster.Log("trainer0");
+  for (const char* p : {"ps0", "ps1", "trainer0", "trainer1"}) {
+    EXPECT_EQ(cluster.Wait(p, milliseconds(10000)), 0) << p << ":\n" << cluster.Log(p);
+  }
+  for (int r = 0; r < 2; ++r) {
+    const auto m = cluster.Metrics(r);
+    ASSERT_EQ(m.size(), 300u);
+    EXPECT_EQ(m[0]["step"], 0);
+    EXPECT_GT(m[0]["examples_per_s"].get<double>(), 0);
+    const double first = MeanLoss(m, 0, 10), last = MeanLoss(m, 280, 300);
+    std::cout << "trainer " << r << ": loss " << first << " -> " << last << "\n";
+    EXPECT_LT(last, 0.75 * first) << "trainer " << r;
+  }
+  EXPECT_NE(cluster.Log("master").find("[master] step"), std::string::npos);
+}
+
+TEST(TrainingTest, KilledTrainerEndsTheJobWithAClearError) {
+  testing::LocalCluster cluster("kill_trainer");
+  ASSERT_TRUE(cluster.StartJob(SyntheticJob(1000000, 1, 2), 1, 2).ok());
+  // Let it train a little.
+  for (int i = 0; i < 600 && cluster.Metrics(0).size() < 20; ++i) std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_GE(cluster.Metrics(0).size(), 20u) << cluster.Log("master") << cluster.Log("trainer0");
+  cluster.Kill("trainer1", SIGKILL);
+
+  const int code = cluster.Wait("master", milliseconds(20000));
+  ASSERT_NE(code, -1) << "the master hangs after a trainer died:\n" << cluster.Log("master");
+  EXPECT_EQ(code, 1);
+  const std::string log = cluster.Log("master");
+  EXPECT_NE(log.find("JOB FAILED"), std::string::npos) << log;
+  // The reason names the dead trainer, not the survivor whose allreduce broke.
+  EXPECT_NE(log.find("JOB FAILED: UNAVAILABLE: trainer 1 (host"), std::string::npos) << log;
+  EXPECT_NE(log.find("died or hangs"), std::string::npos) << log;
+  // Nobody is left behind: the server and the surviving trainer end too.
+  EXPECT_NE(cluster.Wait("trainer0", milliseconds(15000)), -1) << cluster.Log("trainer0");
+  EXPECT_NE(cluster.Wait("trainer0", milliseconds(0)), 0);
+  EXPECT_NE(cluster.Wait("ps0", milliseconds(15000)), -1) << cluster.Log("ps0");
+}
+
+TEST(TrainingTest, BadConfigFailsAtOnceWithTheReason) {
+  testing::LocalCluster cluster("bad_config");
+  json config = SyntheticJob(10, 1, 1);
+  config["tables"][0]["embedding_dim"] = -3;
+  Status st = cluster.StartMaster(config);
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(cluster.Wait("master", milliseconds(10000)), 1);
+  EXPECT_NE(cluster.Log("master").find("tables[0].embedding_dim"), std::string::npos) << cluster.Log("master");
+}
+
+}  // namespace
+}  // namespace tessera

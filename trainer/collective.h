@@ -1,0 +1,44 @@
+// Collective: how trainers keep their dense replicas identical (DESIGN.md §4
+// step 4). Gloo on CPUs here; the NCCL implementation sits behind the same
+// interface (trainer/*_nccl.*).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "common/rpc_client.h"
+#include "common/status.h"
+
+namespace tessera {
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // Sums `data` over all trainers, in place. Every trainer calls it with the
+  // same size. Fails (never hangs forever) when a peer is gone.
+  virtual Status AllReduceSum(std::span<float> data) = 0;
+};
+
+// A world of one: AllReduceSum leaves the data as it is.
+std::unique_ptr<Collective> NewLocalCollective();
+
+struct GlooCollectiveOptions {
+  int rank = 0;
+  int world = 1;
+  // Address this trainer's Gloo endpoints bind to and peers connect to.
+  std::string host = "127.0.0.1";
+  // Keys of this job in the master's store.
+  std::string prefix = "gloo";
+  std::chrono::milliseconds timeout{120000};
+};
+
+// Rendezvous through the master's store (DESIGN.md §5): trainers need only
+// the master's address. `master_peer` is the master's peer in `client`.
+StatusOr<std::unique_ptr<Collective>> NewGlooCollective(const GlooCollectiveOptions& options, RpcClient* client,
+                                                        int master_peer);
+
+}  // namespace tessera

@@ -1,0 +1,208 @@
+#include "trainer/embedding_client.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <glog/logging.h>
+
+namespace tessera {
+
+EmbeddingClient::EmbeddingClient(const EmbeddingClientOptions& options, const JobConfig& job, const ShardingPlan& plan,
+                                 RpcClient* client, std::vector<int> ps_peers)
+    : options_(options), job_(job), plan_(plan), client_(client), ps_peers_(std::move(ps_peers)) {
+  for (const TablePlan& tp : plan_.tables) {
+    const TableConfig& table = job_.tables[tp.table];
+    FeatureRoute r;
+    r.table = tp.table;
+    r.dim = table.embedding_dim;
+    r.pooled = table.pooling != PoolingType::kNone;
+    r.mean = table.pooling == PoolingType::kMean;
+    for (uint32_t id : tp.shards) r.shards.push_back(&plan_.shards[id]);
+    std::stable_sort(r.shards.begin(), r.shards.end(), [](const ShardSpec* a, const ShardSpec* b) {
+      return a->row_offset != b->row_offset ? a->row_offset < b->row_offset : a->col_offset < b->col_offset;
+    });
+    r.row_split = r.shards.size() > 1 && r.shards[1]->row_offset != 0;
+    for (const std::string& f : table.feature_names) {
+      features_.push_back(f);
+      routes_.push_back(r);
+    }
+  }
+  bag_lengths_.resize(features_.size());
+}
+
+void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
+                                   const std::vector<int64_t>& value_offsets, std::vector<ServerRequest>* requests) {
+  const FeatureRoute& fr = routes_[f];
+  const int64_t B = kjt.batch_size;
+  auto lens = kjt.FeatureLengths(key);
+  const int64_t begin = value_offsets[key], n = value_offsets[key + 1] - begin;
+  const int64_t* ids = kjt.values.data() + begin;
+  const float* weights = kjt.weighted() ? kjt.weights.data() + begin : nullptr;
+  uint32_t flags = weights ? kEntryWeighted : 0;
+
+  if (!fr.row_split) {
+    // Every shard (one, or one per column slice) gets all of the feature's ids.
+    for (const ShardSpec* s : fr.shards) {
+      ServerRequest& req = (*requests)[s->ps];
+      req.entries.push_back(LookupEntry{s->shard_id, static_cast<uint32_t>(B), static_cast<uint32_t>(n), flags});
+      req.lengths.insert(req.lengths.end(), lens.begin(), lens.end());
+      req.ids.insert(req.ids.end(), ids, ids + n);
+      if (weights) req.weights.insert(req.weights.end(), weights, weights + n);
+      req.routes.push_back(EntryRoute{f, s, fr.pooled ? B : n, {}});
+    }
+    return;
+  }
+
+  // Row-split: each id goes to the shard holding its row. A MEAN table's
+  // shards pool by SUM; the mean is taken here, over the whole bag.
+  if (fr.mean) {
+    flags |= kEntrySumPartial;
+    bag_lengths_[f].assign(lens.begin(), lens.end());
+  }
+  const size_t k = fr.shards.size();
+  std::vector<std::vector<int32_t>> shard_lens(k, std::vector<int32_t>(B, 0));
+  std::vector<std::vector<int64_t>> shard_ids(k), positions(k);
+  std::vector<std::vector<float>> shard_weights(k);
+  int64_t i = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int32_t j = 0; j < lens[b]; ++j, ++i) {
+      // The last shard whose first row is <= id; out-of-range ids go to an
+      // edge shard, whose server rejects them with a clear error.
+      size_t s = 0;
+      while (s + 1 < k && fr.shards[s + 1]->row_offset <= ids[i]) ++s;
+      shard_lens[s][b]++;
+      shard_ids[s].push_back(ids[i]);
+      positions[s].push_back(i);
+      if (weights) shard_weights[s].push_back(weights[i]);
+    }
+  }
+  for (size_t s = 0; s < k; ++s) {
+    const ShardSpec* spec = fr.shards[s];
+    ServerRequest& req = (*requests)[spec->ps];
+    const int64_t m = static_cast<int64_t>(shard_ids[s].size());
+    req.entries.push_back(LookupEntry{spec->shard_id, static_cast<uint32_t>(B), static_cast<uint32_t>(m), flags});
+    req.lengths.insert(req.lengths.end(), shard_lens[s].begin(), shard_lens[s].end());
+    req.ids.insert(req.ids.end(), shard_ids[s].begin(), shard_ids[s].end());
+    req.weights.insert(req.weights.end(), shard_weights[s].begin(), shard_weights[s].end());
+    req.routes.push_back(EntryRoute{f, spec, fr.pooled ? B : m, std::move(positions[s])});
+  }
+}
+
+Status EmbeddingClient::Lookup(uint64_t step, const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* out) {
+  TESSERA_RETURN_IF_ERROR(kjt.Validate());
+  const int F = static_cast<int>(features_.size());
+  const auto value_offsets = kjt.FeatureValueOffsets();
+  std::vector<ServerRequest> requests(ps_peers_.size());
+  out->resize(F);
+  for (int f = 0; f < F; ++f) {
+    const int key = kjt.KeyIndex(features_[f]);
+    if (key < 0) return Status::InvalidArgument("the batch has no feature '" + features_[f] + "'");
+    RouteFeature(f, kjt, key, value_offsets, &requests);
+    const int64_t rows = routes_[f].pooled ? kjt.batch_size : value_offsets[key + 1] - value_offsets[key];
+    (*out)[f].assign(rows * routes_[f].dim, 0.0f);
+  }
+
+  step_ = step;
+  batch_ = kjt.batch_size;
+  last_lookup_bytes_ = 0;
+  step_routes_.assign(ps_peers_.size(), {});
+  std::vector<RpcFuture> futures;
+  std::vector<size_t> expected(ps_peers_.size(), 0);
+  for (size_t p = 0; p < requests.size(); ++p) {
+    ServerRequest& req = requests[p];
+    for (const EntryRoute& r : req.routes) expected[p] += r.out_rows * r.shard->num_cols;
+    last_lookup_bytes_ += req.ids.size() * 8 + req.lengths.size() * 4 + req.weights.size() * 4;
+    step_routes_[p] = std::move(req.routes);
+    LookupMeta meta{options_.trainer, inference ? kLookupNoContext : 0u, step};
+    Message m = EncodeLookupRequest(meta, std::move(req.entries), std::move(req.lengths), std::move(req.ids),
+                                    std::move(req.weights));
+    m.header.plan_version = plan_.version;
+    futures.push_back(client_->Call(ps_peers_[p], std::move(m), options_.timeout));
+  }
+
+  Status first_error;
+  for (size_t p = 0; p < futures.size(); ++p) {
+    auto reply = futures[p].Wait();
+    ArrayFrame<float> values;
+    Status st = reply.ok() ? DecodeLookupResponse(*reply, expected[p], &values) : reply.status();
+    if (!st.ok()) {
+      if (first_error.ok()) first_error = st.WithContext("lookup on parameter server " + std::to_string(p));
+      continue;
+    }
+    const float* v = values.data();
+    for (const EntryRoute& r : step_routes_[p]) {
+      const int cols = r.shard->num_cols, dim = routes_[r.feature].dim, off = r.shard->col_offset;
+      float* dst = (*out)[r.feature].data();
+      const bool scatter = !r.positions.empty() && !routes_[r.feature].pooled;
+      for (int64_t row = 0; row < r.out_rows; ++row) {
+        float* d = dst + (scatter ? r.positions[row] : row) * dim + off;
+        const float* s = v + row * cols;
+        // Row shards of a pooled feature are partial sums: add them.
+        for (int c = 0; c < cols; ++c) d[c] += s[c];
+      }
+      v += r.out_rows * cols;
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(first_error);
+
+  for (int f = 0; f < F; ++f) {
+    if (!(routes_[f].row_split && routes_[f].mean)) continue;
+    const int dim = routes_[f].dim;
+    for (int64_t b = 0; b < batch_; ++b) {
+      const int32_t len = bag_lengths_[f][b];
+      if (len <= 0) continue;
+      const float inv = 1.0f / static_cast<float>(len);
+      for (int c = 0; c < dim; ++c) (*out)[f][b * dim + c] *= inv;
+    }
+  }
+  return Status::OK();
+}
+
+Status EmbeddingClient::StartPush(const FeatureOutputs& grads) {
+  if (grads.size() != features_.size()) return Status::InvalidArgument("gradients for the wrong number of features");
+  if (!pushes_.empty()) return Status::FailedPrecondition("the previous push was not waited for");
+  std::vector<RpcFuture>& futures = pushes_;
+  for (size_t p = 0; p < ps_peers_.size(); ++p) {
+    std::vector<PushEntry> entries;
+    std::vector<float> values;
+    for (const EntryRoute& r : step_routes_[p]) {
+      const FeatureRoute& fr = routes_[r.feature];
+      const int cols = r.shard->num_cols, off = r.shard->col_offset;
+      entries.push_back(PushEntry{r.shard->shard_id, static_cast<uint32_t>(r.out_rows), static_cast<uint32_t>(cols), 0});
+      const float* g = grads[r.feature].data();
+      const bool scatter = !r.positions.empty() && !fr.pooled;
+      const bool mean_partial = fr.row_split && fr.mean;
+      for (int64_t row = 0; row < r.out_rows; ++row) {
+        const float* s = g + (scatter ? r.positions[row] : row) * fr.dim + off;
+        if (mean_partial) {
+          // The server pooled this bag by SUM; the mean's 1/len is applied here.
+          const int32_t len = bag_lengths_[r.feature][row];
+          const float scale = len > 0 ? 1.0f / static_cast<float>(len) : 0.0f;
+          for (int c = 0; c < cols; ++c) values.push_back(s[c] * scale);
+        } else {
+          values.insert(values.end(), s, s + cols);
+        }
+      }
+    }
+    Message m = EncodePushRequest(PushMeta{options_.trainer, 0, step_}, std::move(entries), std::move(values));
+    m.header.plan_version = plan_.version;
+    futures.push_back(client_->Call(ps_peers_[p], std::move(m), options_.timeout));
+  }
+  return Status::OK();
+}
+
+Status EmbeddingClient::WaitPush() {
+  std::vector<RpcFuture> futures;
+  futures.swap(pushes_);
+  Status first_error;
+  for (size_t p = 0; p < futures.size(); ++p) {
+    auto reply = futures[p].Wait();
+    // A retried push the server already applied is a success.
+    if (!reply.ok() && reply.status().code() != StatusCode::kAlreadyApplied && first_error.ok()) {
+      first_error = reply.status().WithContext("gradient push to parameter server " + std::to_string(p));
+    }
+  }
+  return first_error;
+}
+
+}  // namespace tessera

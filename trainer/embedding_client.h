@@ -1,0 +1,107 @@
+// EmbeddingClient: the trainer's side of the sparse forward and the gradient
+// return path (DESIGN.md §4 steps 2, 3 and 5).
+//
+// Lookup() splits a KeyedJaggedTensor by the plan — ids of a row-split table
+// go to the shard holding their row, column shards all get the same ids —
+// sends one request per parameter server (all in flight at once; a server
+// with nothing to do still gets an empty one, which sync mode's step barrier
+// counts on) and assembles each feature's output: row partials summed,
+// column slices placed side by side. PushGradients() sends the gradient of
+// each feature's output back under the same (trainer, step) context.
+//
+// Not thread-safe: one step at a time, from one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "common/job_config.h"
+#include "common/keyed_jagged_tensor.h"
+#include "common/messages.h"
+#include "common/rpc_client.h"
+#include "common/sharding_plan.h"
+#include "common/status.h"
+
+namespace tessera {
+
+struct EmbeddingClientOptions {
+  uint32_t trainer = 0;
+  std::chrono::milliseconds timeout{120000};
+};
+
+// Per feature in model order: pooled [B x dim] or unpooled [num_ids x dim].
+using FeatureOutputs = std::vector<std::vector<float>>;
+
+class EmbeddingClient {
+ public:
+  // ps_peers[p] is the RpcClient peer of parameter server p.
+  EmbeddingClient(const EmbeddingClientOptions& options, const JobConfig& job, const ShardingPlan& plan,
+                  RpcClient* client, std::vector<int> ps_peers);
+
+  // The features this client expects in a KJT, in model order.
+  const std::vector<std::string>& features() const { return features_; }
+
+  // Looks up every feature of `kjt` for `step`. inference: no backward
+  // context is opened (evaluation).
+  Status Lookup(uint64_t step, const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* out);
+
+  // Sends d(loss)/d(output) of every feature for the step of the last
+  // Lookup() without waiting; WaitPush() waits until every server accepted
+  // it. The trainer overlaps the dense allreduce with the push this way.
+  Status StartPush(const FeatureOutputs& grads);
+  Status WaitPush();
+  Status PushGradients(const FeatureOutputs& grads) {
+    TESSERA_RETURN_IF_ERROR(StartPush(grads));
+    return WaitPush();
+  }
+
+  // Bytes of ids, lengths and weights sent by the last Lookup().
+  int64_t last_lookup_bytes() const { return last_lookup_bytes_; }
+
+ private:
+  struct FeatureRoute {
+    int table = 0;
+    int dim = 0;
+    bool pooled = true;
+    bool mean = false;
+    bool row_split = false;
+    std::vector<const ShardSpec*> shards;  // by row range, then column range
+  };
+  // One request entry: which feature, which shard, and for a row-split shard
+  // which of the feature's ids went there (positions, for unpooled outputs).
+  struct EntryRoute {
+    int feature = 0;
+    const ShardSpec* shard = nullptr;
+    int64_t out_rows = 0;
+    std::vector<int64_t> positions;
+  };
+  struct ServerRequest {
+    std::vector<LookupEntry> entries;
+    std::vector<int32_t> lengths;
+    std::vector<int64_t> ids;
+    std::vector<float> weights;
+    std::vector<EntryRoute> routes;
+  };
+
+  void RouteFeature(int f, const KeyedJaggedTensor& kjt, int key, const std::vector<int64_t>& value_offsets,
+                    std::vector<ServerRequest>* requests);
+
+  EmbeddingClientOptions options_;
+  JobConfig job_;
+  ShardingPlan plan_;
+  RpcClient* client_;
+  std::vector<int> ps_peers_;
+  std::vector<std::string> features_;
+  std::vector<FeatureRoute> routes_;
+
+  // State of the last Lookup(), used by PushGradients().
+  uint64_t step_ = 0;
+  int64_t batch_ = 0;
+  std::vector<std::vector<EntryRoute>> step_routes_;  // per server
+  std::vector<std::vector<int32_t>> bag_lengths_;    // per feature, for MEAN over row shards
+  int64_t last_lookup_bytes_ = 0;
+  std::vector<RpcFuture> pushes_;  // in flight, one per server
+};
+
+}  // namespace tessera

@@ -1,0 +1,221 @@
+#include "trainer/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include <glog/logging.h>
+
+#include "common/messages.h"
+#include "common/param_file.h"
+#include "common/sharding_plan.h"
+#include "kernels/dense_ops.h"
+#include "trainer/collective.h"
+#include "trainer/data_factory.h"
+#include "trainer/dense_optimizer.h"
+#include "trainer/dlrm_model.h"
+#include "trainer/embedding_client.h"
+#include "trainer/training_loop.h"
+
+namespace tessera {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::Start(const TrainerOptions& options) {
+  if (options.master.empty()) return Status::InvalidArgument("the master's address is required (--master)");
+  if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
+    return Status::InvalidArgument("--rank must be in [0, --world)");
+  }
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->options_ = options;
+  TESSERA_ASSIGN_OR_RETURN(t->client_, RpcClient::Create());
+  TESSERA_ASSIGN_OR_RETURN(t->master_peer_, t->client_->Connect(options.master));
+  kernels::SetBlasThreads(options.blas_threads);
+  return t;
+}
+
+Trainer::~Trainer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_heartbeat_ = true;
+  }
+  cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+Status Trainer::Register() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  json body = {{"role", "trainer"},
+               {"rank", options_.rank},
+               {"world", options_.world},
+               {"host", host},
+               {"pid", static_cast<int64_t>(getpid())}};
+  const auto give_up = std::chrono::steady_clock::now() + milliseconds(options_.register_timeout_ms);
+  Status last;
+  while (std::chrono::steady_clock::now() < give_up) {
+    auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kRegister, body), milliseconds(2000));
+    if (reply.ok()) {
+      TESSERA_ASSIGN_OR_RETURN(json j, DecodeJson(*reply));
+      heartbeat_ms_ = j.value("heartbeat_ms", heartbeat_ms_);
+      peer_timeout_ms_ = j.value("peer_timeout_ms", peer_timeout_ms_);
+      LOG(INFO) << "trainer " << options_.rank << "/" << options_.world << " registered with " << options_.master;
+      return Status::OK();
+    }
+    last = reply.status();
+    if (last.code() != StatusCode::kDeadlineExceeded) return last.WithContext("registering with the master");
+  }
+  return Status::Unavailable("could not reach the master at " + options_.master + ": " + last.ToString());
+}
+
+StatusOr<json> Trainer::WaitStart() {
+  // The master answers once every member has registered and the shards exist.
+  auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kWaitStart, json{{"rank", options_.rank}}),
+                                 milliseconds(24LL * 3600 * 1000));
+  if (!reply.ok()) return reply.status().WithContext("waiting for the job to start");
+  return DecodeJson(*reply);
+}
+
+void Trainer::SendProgress(const json& progress) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_progress_ = progress;
+  }
+  cv_.notify_all();
+}
+
+void Trainer::HeartbeatLoop() {
+  auto last_contact = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait_for(lock, milliseconds(heartbeat_ms_), [this] { return stop_heartbeat_ || !pending_progress_.is_null(); });
+    if (stop_heartbeat_) return;
+    json body = {{"role", "trainer"}, {"rank", options_.rank}};
+    if (!pending_progress_.is_null()) body["progress"] = std::move(pending_progress_);
+    pending_progress_ = json();
+    lock.unlock();
+    auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kHeartbeat, body), milliseconds(heartbeat_ms_ * 2));
+    const auto now = std::chrono::steady_clock::now();
+    std::string fatal;
+    if (reply.ok()) {
+      last_contact = now;
+      auto j = DecodeJson(*reply);
+      if (j.ok() && j->value("state", "") == "aborted") {
+        fatal = "the master aborted the job: " + j->value("reason", std::string("(no reason given)"));
+      }
+    } else if (reply.status().code() != StatusCode::kDeadlineExceeded) {
+      fatal = "the master rejected a heartbeat: " + reply.status().ToString();
+    } else if (now - last_contact > milliseconds(peer_timeout_ms_)) {
+      fatal = "lost contact with the master " + options_.master + " for over " + std::to_string(peer_timeout_ms_) +
+              " ms";
+    }
+    if (!fatal.empty()) {
+      // The main thread may be blocked on a dead peer (an allreduce, a sync
+      // lookup): give it a moment to stop by itself, then end the process.
+      LOG(ERROR) << "trainer " << options_.rank << ": " << fatal;
+      stop_training_ = true;
+      std::this_thread::sleep_for(milliseconds(2 * heartbeat_ms_));
+      LOG(ERROR) << "trainer " << options_.rank << ": exiting";
+      google::FlushLogFiles(google::GLOG_INFO);
+      std::_Exit(2);
+    }
+    lock.lock();
+  }
+}
+
+Status Trainer::Train(const json& start, json* report) {
+  TESSERA_ASSIGN_OR_RETURN(JobConfig job, ParseJobConfigJson(start.at("job"), ""));
+  TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::FromJson(start.at("plan")));
+  for (const TableConfig& t : job.tables) {
+    if (t.pooling == PoolingType::kNone) {
+      return Status::Unimplemented("table " + t.name +
+                                   " is unpooled (pooling NONE): the DLRM model takes pooled features only");
+    }
+  }
+  std::vector<int> ps_peers;
+  for (const auto& e : start.at("ps_endpoints")) {
+    TESSERA_ASSIGN_OR_RETURN(int peer, client_->Connect(e.get<std::string>()));
+    ps_peers.push_back(peer);
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, OpenTrainingData(job));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> eval_data, OpenEvalData(job));
+
+  EmbeddingClientOptions eo;
+  eo.trainer = static_cast<uint32_t>(options_.rank);
+  eo.timeout = milliseconds(job.runtime.rpc_timeout_ms);
+  EmbeddingClient embeddings(eo, job, plan, client_.get(), ps_peers);
+
+  std::vector<int> dims;
+  for (const TableConfig& t : job.tables) dims.insert(dims.end(), t.feature_names.size(), t.embedding_dim);
+  DlrmModel model(job.model, dims, job.training.seed);
+  TESSERA_ASSIGN_OR_RETURN(DenseOptimizer optimizer,
+                           DenseOptimizer::Create(job.training.dense_optimizer, model.num_params()));
+
+  GlooCollectiveOptions go;
+  go.rank = options_.rank;
+  go.world = options_.world;
+  go.host = options_.host;
+  go.prefix = "gloo/" + job.name;
+  go.timeout = milliseconds(job.runtime.collective_timeout_ms);
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Collective> collective, NewGlooCollective(go, client_.get(), master_peer_));
+
+  TrainingLoopOptions lo;
+  lo.rank = options_.rank;
+  lo.world = options_.world;
+  lo.metrics_file = options_.metrics_file;
+  lo.stop = &stop_training_;
+  lo.on_progress = [this](const json& p) {
+    LOG(INFO) << "trainer " << options_.rank << " step " << p["step"] << " loss " << p["loss"] << " examples/s "
+              << p["examples_per_s"];
+    SendProgress(p);
+  };
+  TrainingLoop loop(job, lo, data.get(), &embeddings, collective.get(), &model, &optimizer);
+  LOG(INFO) << "trainer " << options_.rank << ": training " << loop.TotalSteps() << " steps of batch "
+            << job.training.batch_size << " on " << data->num_examples() << " examples";
+  TESSERA_ASSIGN_OR_RETURN(TrainingResult result, loop.Run());
+  *report = {{"steps", result.steps},
+             {"examples", result.examples},
+             {"final_loss", result.final_loss},
+             {"examples_per_s", result.examples_per_s},
+             {"wall_s", result.wall_s}};
+
+  if (options_.rank == 0 && eval_data) {
+    TESSERA_ASSIGN_OR_RETURN(json eval, loop.Evaluate(eval_data.get(), static_cast<uint64_t>(result.steps)));
+    LOG(INFO) << "trainer 0: eval " << eval.dump();
+    (*report)["eval"] = eval;
+  }
+  const std::string dump_dir = start.value("dump_dir", std::string());
+  if (options_.rank == 0 && !dump_dir.empty()) {
+    std::vector<ParamArray> arrays;
+    for (const auto& info : model.ParamInfos()) {
+      const float* p = model.params().data() + info.offset;
+      arrays.push_back(ParamArray::Floats(info.name, info.rows, info.cols,
+                                          std::vector<float>(p, p + info.rows * info.cols)));
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(dump_dir, ec);
+    if (ec) return Status::Unavailable("cannot create " + dump_dir + ": " + ec.message());
+    TESSERA_RETURN_IF_ERROR(WriteParamFile(dump_dir + "/dense.params", arrays));
+  }
+  return Status::OK();
+}
+
+Status Trainer::Run() {
+  TESSERA_RETURN_IF_ERROR(Register());
+  heartbeat_ = std::thread(&Trainer::HeartbeatLoop, this);
+  json report;
+  Status st;
+  auto start = WaitStart();
+  st = start.ok() ? Train(*start, &report) : start.status();
+  report["rank"] = options_.rank;
+  report["ok"] = st.ok();
+  if (!st.ok()) report["error"] = st.ToString();
+  auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kReportDone, report), milliseconds(10000));
+  if (!reply.ok()) LOG(WARNING) << "could not report to the master: " << reply.status();
+  return st;
+}
+
+}  // namespace tessera

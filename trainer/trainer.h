@@ -1,0 +1,65 @@
+// Trainer: one trainer process's life — register with the master, wait for
+// the job to start, wire the data, the model, the lookups and the collective,
+// train, report. A heartbeat thread keeps the master informed and ends the
+// process when the master aborts the job or is gone, so no trainer is left
+// behind waiting on a dead peer.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/rpc_client.h"
+#include "common/status.h"
+
+namespace tessera {
+
+struct TrainerOptions {
+  std::string master;  // "tcp://host:port"
+  int rank = 0;
+  int world = 1;
+  // Per-step metrics as JSON lines; "" writes none.
+  std::string metrics_file;
+  // Address the collective binds to and peers reach this trainer at.
+  std::string host = "127.0.0.1";
+  // BLAS threads for the dense layers. Several trainers often share a host.
+  int blas_threads = 1;
+  int64_t register_timeout_ms = 120000;
+};
+
+class Trainer {
+ public:
+  static StatusOr<std::unique_ptr<Trainer>> Start(const TrainerOptions& options);
+  ~Trainer();
+
+  // Trains the job to its end and reports to the master.
+  Status Run();
+
+ private:
+  Trainer() = default;
+  Status Register();
+  StatusOr<nlohmann::json> WaitStart();
+  Status Train(const nlohmann::json& start, nlohmann::json* report);
+  void HeartbeatLoop();
+  void SendProgress(const nlohmann::json& progress);
+
+  TrainerOptions options_;
+  std::unique_ptr<RpcClient> client_;
+  int master_peer_ = -1;
+  int64_t heartbeat_ms_ = 500;
+  int64_t peer_timeout_ms_ = 10000;
+
+  std::thread heartbeat_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_heartbeat_ = false;          // GUARDED_BY(mu_)
+  nlohmann::json pending_progress_;      // GUARDED_BY(mu_)
+  std::atomic<bool> stop_training_{false};
+};
+
+}  // namespace tessera

@@ -1,0 +1,42 @@
+// tessera_trainer: one trainer. Registers with the master, trains its share
+// of every global batch, reports. Exit code 0 when the job finished.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include "trainer/trainer.h"
+
+DEFINE_string(master, "", "The master's address, tcp://HOST:PORT");
+DEFINE_int32(rank, 0, "This trainer's rank in [0, world)");
+DEFINE_int32(world, 1, "Number of trainers in the job");
+DEFINE_string(metrics_file, "", "Write one JSON line of metrics per step here");
+DEFINE_string(host, "127.0.0.1", "Address of this trainer for the collective (its peers connect here)");
+DEFINE_int32(blas_threads, 1, "BLAS threads for the dense layers");
+DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("tessera_trainer --master tcp://HOST:PORT --rank R --world W [--metrics_file F]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+
+  tessera::TrainerOptions options;
+  options.master = FLAGS_master;
+  options.rank = FLAGS_rank;
+  options.world = FLAGS_world;
+  options.metrics_file = FLAGS_metrics_file;
+  options.host = FLAGS_host;
+  options.blas_threads = FLAGS_blas_threads;
+  options.register_timeout_ms = FLAGS_register_timeout_ms;
+  auto trainer = tessera::Trainer::Start(options);
+  if (!trainer.ok()) {
+    LOG(ERROR) << "trainer failed to start: " << trainer.status();
+    return 1;
+  }
+  tessera::Status st = (*trainer)->Run();
+  if (!st.ok()) {
+    LOG(ERROR) << "trainer " << FLAGS_rank << " failed: " << st;
+    return 1;
+  }
+  LOG(INFO) << "trainer " << FLAGS_rank << " done";
+  return 0;
+}

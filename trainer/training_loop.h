@@ -1,0 +1,73 @@
+// The training loop of one trainer (DESIGN.md §4), given its wired parts:
+//
+//   read its share of global batch t -> sparse forward (lookups, context t)
+//   -> dense forward/backward -> allreduce dense gradients -> dense step
+//   -> push embedding gradients (context t) -> metrics line
+//
+// Gradients are those of the mean loss over the whole global batch (all
+// trainers), so W trainers with batch B train exactly like one trainer with
+// batch W*B (sync mode).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/job_config.h"
+#include "common/status.h"
+#include "trainer/collective.h"
+#include "trainer/data_source.h"
+#include "trainer/dense_optimizer.h"
+#include "trainer/dlrm_model.h"
+#include "trainer/embedding_client.h"
+
+namespace tessera {
+
+struct TrainingLoopOptions {
+  int rank = 0;
+  int world = 1;
+  // One JSON line per step; "" writes none.
+  std::string metrics_file;
+  // Called every job.training.log_every steps (and at the last) with
+  // {"step", "loss", "examples_per_s"}.
+  std::function<void(const nlohmann::json&)> on_progress;
+  // Set by another thread to stop between steps.
+  const std::atomic<bool>* stop = nullptr;
+};
+
+struct TrainingResult {
+  int64_t steps = 0;
+  int64_t examples = 0;
+  double final_loss = 0;       // mean over the last log window
+  double examples_per_s = 0;   // this trainer's, after the first steps' warm-up
+  double wall_s = 0;
+};
+
+class TrainingLoop {
+ public:
+  TrainingLoop(const JobConfig& job, const TrainingLoopOptions& options, DataSource* data, EmbeddingClient* embeddings,
+               Collective* collective, DlrmModel* model, DenseOptimizer* optimizer);
+
+  // Steps in the job: training.steps, or epochs x steps per epoch.
+  int64_t TotalSteps() const;
+
+  StatusOr<TrainingResult> Run();
+
+  // Log loss and AUC of the model on `data` (inference lookups at `step`,
+  // which in sync mode waits until every step before it is applied).
+  StatusOr<nlohmann::json> Evaluate(DataSource* data, uint64_t step);
+
+ private:
+  JobConfig job_;
+  TrainingLoopOptions options_;
+  DataSource* data_;
+  EmbeddingClient* embeddings_;
+  Collective* collective_;
+  DlrmModel* model_;
+  DenseOptimizer* optimizer_;
+};
+
+}  // namespace tessera
