@@ -5,17 +5,21 @@
 // uniform), --distinct_batches pre-generated batches cycled.
 //
 // Modes (one JSON line each, per id distribution in --zipf):
-//   fwd                 sum-pooled forward, int64 ids straight into the table
-//   fwd_bwd_sgd         what a parameter server and trainer do per step: dedup
-//                       the ids, gather the unique rows, forward with the int32
-//                       inverse over the gathered rows, backward to unique-row
-//                       gradients (d loss / d pooled = 1, as the peer), SGD on
-//                       the unique rows in place in the table
-//   fwd_bwd_sgd_direct  the same without the gather: forward reads the table
-//                       with the raw ids
-// lookups_per_s counts every id of a batch (repeats included), as the peer does,
-// per wall-clock second (median of --repeats; _min/_max the worst/best repeat);
+//   fwd               sum-pooled forward, int64 ids straight into the table
+//   fwd_bwd_sgd       what a parameter server does per step, the headline:
+//                     dedup the ids; one pointer per unique row into the table
+//                     (as the row store hands them out: no copy); forward over
+//                     the row pointers with the int32 inverse; backward to
+//                     [unique x dim] row gradients (d loss / d pooled = 1, as
+//                     the peer); SGD through the row pointers, in place
+//   fwd_bwd_sgd_copy  the same, but the unique rows are first copied out of
+//                     the table and the forward reads the copy
+// All phases are in the timed call, the pointer table included. lookups_per_s
+// counts every id of a batch (repeats included), as the peer does, per
+// wall-clock second (median of --repeats; _min/_max the worst/best repeat);
 // phase_cpu_ms splits a step's thread CPU time between its phases.
+// The table is on 4 KiB pages, as the peer's tensors are; --huge_pages puts it
+// (and the buffers) on 2 MiB pages, as a row store might, labelled "pages".
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <sys/mman.h>
@@ -45,16 +49,16 @@ DEFINE_int32(dim, 64, "floats per row");
 DEFINE_int64(batch, 4096, "bags per call");
 DEFINE_int64(pooling, 20, "ids per bag");
 DEFINE_string(zipf, "1.05,0", "comma list of id distribution exponents; 0 = uniform");
-DEFINE_string(modes, "fwd,fwd_bwd_sgd,fwd_bwd_sgd_direct", "comma list of modes to run");
+DEFINE_string(modes, "fwd,fwd_bwd_sgd,fwd_bwd_sgd_copy", "comma list of modes to run");
 DEFINE_uint64(seed, 1234, "id sampling seed");
 DEFINE_double(lr, 0.05, "SGD learning rate");
 DEFINE_int32(distinct_batches, 32, "pre-generated batches, cycled");
 DEFINE_int32(iters, 50, "calls per repeat");
 DEFINE_int32(repeats, 5, "repeats; the median is reported");
 DEFINE_int32(warmup, 10, "calls before timing");
-DEFINE_bool(huge_pages, true,
+DEFINE_bool(huge_pages, false,
             "madvise(MADV_HUGEPAGE) the table and buffers (2 MiB pages: no TLB miss per row), as a row store "
-            "allocating its tables would; false: 4 KiB pages, as the torch peer gets");
+            "might; false: 4 KiB pages, as the torch peer's tensors get");
 
 namespace tessera {
 namespace {
@@ -101,13 +105,14 @@ struct FreeDeleter {
 };
 using FloatBuffer = std::unique_ptr<float[], FreeDeleter>;
 
-// n floats, zeroed, 2 MiB aligned; on huge pages with --huge_pages.
+// n floats, zeroed, 2 MiB aligned; on 2 MiB pages with --huge_pages, else on
+// 4 KiB pages whatever the host's transparent huge page default.
 FloatBuffer AllocFloats(size_t n) {
   const size_t kHugePage = size_t{2} << 20;
   const size_t bytes = (n * sizeof(float) + kHugePage - 1) / kHugePage * kHugePage;
   float* p = static_cast<float*>(std::aligned_alloc(kHugePage, bytes));
   CHECK(p != nullptr) << "out of memory for " << bytes << " bytes";
-  if (FLAGS_huge_pages) madvise(p, bytes, MADV_HUGEPAGE);
+  madvise(p, bytes, FLAGS_huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   std::memset(p, 0, bytes);
   return FloatBuffer(p);
 }
@@ -149,6 +154,7 @@ void Report(const std::string& mode, double zipf, const Timing& t, double unique
       {"mode", mode},
       {"threads", 1},
       {"zipf", zipf},
+      {"pages", FLAGS_huge_pages ? "2MiB" : "4KiB"},
       {"lookups_per_s", ids / t.median},
       {"lookups_per_s_min", ids / t.max},
       {"lookups_per_s_max", ids / t.min},
@@ -208,16 +214,18 @@ void BenchDistribution(double zipf, float* table, const std::vector<int64_t>& of
            unique_mean, nullptr);
   }
 
-  // (b) dedup, [gather,] forward, backward, SGD; per-phase thread CPU times summed.
+  // (b) dedup, row pointers, [copy,] forward, backward, SGD; per-phase thread
+  // CPU times summed.
   kernels::SparseOptimizerConfig sgd;
   sgd.kind = kernels::SparseOptimizerKind::kSgd;
   sgd.lr = static_cast<float>(FLAGS_lr);
-  FloatBuffer gathered = AllocFloats(per_batch * dim);
+  FloatBuffer copied = AllocFloats(per_batch * dim);
   FloatBuffer grad_rows = AllocFloats(per_batch * dim);
   std::vector<float*> row_ptrs(per_batch);
-  for (bool gather : {true, false}) {
-    if (!ModeSelected(gather ? "fwd_bwd_sgd" : "fwd_bwd_sgd_direct")) continue;
-    double phase[5] = {};  // dedup, gather, forward, backward, sgd
+  for (bool copy : {false, true}) {
+    const std::string mode = copy ? "fwd_bwd_sgd_copy" : "fwd_bwd_sgd";
+    if (!ModeSelected(mode)) continue;
+    double phase[6] = {};  // dedup, row_ptrs, copy, forward, backward, sgd
     int64_t calls = 0;
     const Timing t = Time([&](int i) {
       const auto& ids = batches[i % nb];
@@ -230,29 +238,31 @@ void BenchDistribution(double zipf, float* table, const std::vector<int64_t>& of
       deduper.Run(ids, &unique, &inverse);
       const int64_t num_unique = static_cast<int64_t>(unique.size());
       lap(0);
-      if (gather) {
+      // The row store's part: one pointer per unique row, no copy.
+      for (int64_t k = 0; k < num_unique; ++k) row_ptrs[k] = table + unique[k] * dim;
+      lap(1);
+      EmbeddingBagForwardArgs<int32_t> f;
+      f.num_rows = num_unique;
+      f.dim = dim;
+      f.indices = inverse.data();
+      f.offsets = offsets.data();
+      f.num_bags = FLAGS_batch;
+      f.out = pooled.get();
+      if (copy) {
         for (int64_t k = 0; k < num_unique; ++k) {
           if (k + 8 < num_unique) {
-            for (int j = 0; j < dim; j += 16) __builtin_prefetch(table + unique[k + 8] * dim + j);
+            for (int j = 0; j < dim; j += 16) __builtin_prefetch(row_ptrs[k + 8] + j);
           }
-          std::memcpy(gathered.get() + k * dim, table + unique[k] * dim, dim * sizeof(float));
+          std::memcpy(copied.get() + k * dim, row_ptrs[k], dim * sizeof(float));
         }
-        EmbeddingBagForwardArgs<int32_t> f;
-        f.rows = gathered.get();
-        f.num_rows = num_unique;
+        f.rows = copied.get();
         f.row_stride = dim;
-        f.dim = dim;
-        f.indices = inverse.data();
-        f.offsets = offsets.data();
-        f.num_bags = FLAGS_batch;
-        f.out = pooled.get();
-        lap(1);
-        kernels::EmbeddingBagForwardCpu(f);
       } else {
-        fwd.indices = ids.data();
-        kernels::EmbeddingBagForwardCpu(fwd);
+        f.row_ptrs = row_ptrs.data();
       }
       lap(2);
+      kernels::EmbeddingBagForwardCpu(f);
+      lap(3);
       EmbeddingBagBackwardArgs<int32_t> bwd;
       bwd.grad_out = grad_pooled.get();
       bwd.dim = dim;
@@ -262,18 +272,16 @@ void BenchDistribution(double zipf, float* table, const std::vector<int64_t>& of
       bwd.num_rows = num_unique;
       bwd.grad_rows = grad_rows.get();
       kernels::EmbeddingBagBackwardCpu(bwd);
-      lap(3);
-      for (int64_t k = 0; k < num_unique; ++k) row_ptrs[k] = table + unique[k] * dim;
-      kernels::ApplySparseOptimizerCpu(sgd, dim, row_ptrs.data(), grad_rows.get(), num_unique);
       lap(4);
+      kernels::ApplySparseOptimizerCpu(sgd, dim, row_ptrs.data(), grad_rows.get(), num_unique);
+      lap(5);
       ++calls;
     });
-    nlohmann::json ms = {{"dedup", phase[0] * 1e3 / calls},
-                         {"gather", phase[1] * 1e3 / calls},
-                         {"forward", phase[2] * 1e3 / calls},
-                         {"backward", phase[3] * 1e3 / calls},
-                         {"sgd", phase[4] * 1e3 / calls}};
-    Report(gather ? "fwd_bwd_sgd" : "fwd_bwd_sgd_direct", zipf, t, unique_mean, ms);
+    nlohmann::json ms = {{"dedup", phase[0] * 1e3 / calls},    {"row_ptrs", phase[1] * 1e3 / calls},
+                         {"copy", phase[2] * 1e3 / calls},     {"forward", phase[3] * 1e3 / calls},
+                         {"backward", phase[4] * 1e3 / calls}, {"sgd", phase[5] * 1e3 / calls}};
+    if (!copy) ms.erase("copy");
+    Report(mode, zipf, t, unique_mean, ms);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "common/job_config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -106,7 +107,7 @@ Status ParsePooling(const std::string& s, const std::string& path, PoolingType* 
 Status ParseTable(const json& j, const std::string& path, const TrainingConfig& training, TableConfig* t) {
   JsonFields f(j, path);
   TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"name", "num_embeddings", "embedding_dim", "feature_names", "pooling",
-                                      "optimizer", "initializer", "seed", "sharding_type"}));
+                                      "optimizer", "initializer", "seed", "sharding_type", "constraints"}));
   TESSERA_RETURN_IF_ERROR(f.String("name", &t->name, true));
   if (t->name.empty()) return Status::InvalidArgument(f.PathOf("name") + ": must not be empty");
   TESSERA_RETURN_IF_ERROR(f.Int("num_embeddings", &t->num_embeddings, true, 1, kMaxI64));
@@ -130,6 +131,41 @@ Status ParseTable(const json& j, const std::string& path, const TrainingConfig& 
   if (!t->sharding_type.empty() && !OneOf(t->sharding_type, kShardingTypes)) {
     return Status::InvalidArgument(f.PathOf("sharding_type") + ": unknown sharding type '" + t->sharding_type +
                                    "' (known: " + Join(kShardingTypes) + ")");
+  }
+  if (const json* c = f.Get("constraints")) {
+    JsonFields cf(*c, f.PathOf("constraints"));
+    PlanConstraints& pc = t->constraints;
+    TESSERA_RETURN_IF_ERROR(cf.OnlyKeys(
+        {"sharding_types", "ps", "min_shards", "max_shards", "pooling_factor", "id_frequency_sample"}));
+    TESSERA_RETURN_IF_ERROR(cf.StringList("sharding_types", &pc.sharding_types, false));
+    for (const std::string& type : pc.sharding_types) {
+      if (!OneOf(type, kShardingTypes)) {
+        return Status::InvalidArgument(cf.PathOf("sharding_types") + ": unknown sharding type '" + type + "'");
+      }
+    }
+    std::vector<int64_t> ps;
+    TESSERA_RETURN_IF_ERROR(cf.IntList("ps", &ps, false, 0));
+    pc.ps.assign(ps.begin(), ps.end());
+    int64_t lo = 0, hi = 0;
+    TESSERA_RETURN_IF_ERROR(cf.Int("min_shards", &lo, false, 0, 1 << 20));
+    TESSERA_RETURN_IF_ERROR(cf.Int("max_shards", &hi, false, 0, 1 << 20));
+    if (hi > 0 && lo > hi) return Status::InvalidArgument(cf.PathOf("min_shards") + ": exceeds max_shards");
+    pc.min_shards = static_cast<int>(lo);
+    pc.max_shards = static_cast<int>(hi);
+    TESSERA_RETURN_IF_ERROR(cf.Float("pooling_factor", &pc.pooling_factor, false));
+    if (pc.pooling_factor < 0) return Status::InvalidArgument(cf.PathOf("pooling_factor") + ": must be >= 0");
+    TESSERA_RETURN_IF_ERROR(cf.IntList("id_frequency_sample", &pc.id_frequency_sample, false, 0));
+    for (int64_t id : pc.id_frequency_sample) {
+      if (id >= t->num_embeddings) {
+        return Status::InvalidArgument(cf.PathOf("id_frequency_sample") + ": id " + std::to_string(id) +
+                                       " is not a row of the table");
+      }
+    }
+  }
+  if (!t->sharding_type.empty() && !t->constraints.sharding_types.empty() &&
+      !std::count(t->constraints.sharding_types.begin(), t->constraints.sharding_types.end(), t->sharding_type)) {
+    return Status::InvalidArgument(f.PathOf("sharding_type") + ": '" + t->sharding_type +
+                                   "' is not among constraints.sharding_types");
   }
   return Status::OK();
 }
@@ -261,13 +297,14 @@ const char* PoolingName(PoolingType p) {
 
 const char* ConsistencyName(Consistency c) { return c == Consistency::kSync ? "sync" : "async"; }
 
-int64_t TableConfig::RowBytes() const {
-  int64_t state = 0;
-  if (optimizer.type == "adagrad") state = embedding_dim;
-  if (optimizer.type == "rowwise_adagrad") state = 1;
-  if (optimizer.type == "adam") state = 2 * static_cast<int64_t>(embedding_dim) + 1;
-  return 4 * (embedding_dim + state);
+int64_t OptimizerStateFloats(const std::string& type, int64_t cols) {
+  if (type == "adagrad") return cols;
+  if (type == "rowwise_adagrad") return 1;
+  if (type == "adam") return 2 * cols + 1;
+  return 0;
 }
+
+int64_t TableConfig::RowBytes() const { return 4 * (embedding_dim + OptimizerStateFloats(optimizer.type, embedding_dim)); }
 
 int JobConfig::TableOfFeature(const std::string& feature) const {
   for (size_t t = 0; t < tables.size(); ++t) {
@@ -294,7 +331,8 @@ int64_t JobConfig::InteractionWidth() const {
 
 StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_dir) {
   JsonFields f(j, "");
-  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"name", "cluster", "tables", "model", "data", "training", "runtime"}));
+  TESSERA_RETURN_IF_ERROR(
+      f.OnlyKeys({"name", "cluster", "tables", "model", "data", "training", "runtime", "checkpoint"}));
   JobConfig c;
   TESSERA_RETURN_IF_ERROR(f.String("name", &c.name, false));
   if (const json* cl = f.Get("cluster")) {
@@ -334,6 +372,18 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
     if (c.runtime.peer_timeout_ms <= c.runtime.heartbeat_ms) {
       return Status::InvalidArgument("runtime.peer_timeout_ms: must exceed runtime.heartbeat_ms");
     }
+  }
+  if (const json* ck = f.Get("checkpoint")) {
+    JsonFields cf(*ck, "checkpoint");
+    TESSERA_RETURN_IF_ERROR(cf.OnlyKeys({"dir", "every_steps", "keep"}));
+    TESSERA_RETURN_IF_ERROR(cf.String("dir", &c.checkpoint.dir, true));
+    if (!c.checkpoint.dir.empty() && std::filesystem::path(c.checkpoint.dir).is_relative() && !base_dir.empty()) {
+      c.checkpoint.dir = (std::filesystem::path(base_dir) / c.checkpoint.dir).lexically_normal().string();
+    }
+    TESSERA_RETURN_IF_ERROR(cf.Int("every_steps", &c.checkpoint.every_steps, false, 0, kMaxI64));
+    int64_t keep = c.checkpoint.keep;
+    TESSERA_RETURN_IF_ERROR(cf.Int("keep", &keep, false, 1, 1000));
+    c.checkpoint.keep = static_cast<int>(keep);
   }
   TESSERA_RETURN_IF_ERROR(Validate(c));
   return c;
@@ -397,6 +447,15 @@ json JobConfig::ToJson() const {
                {"initializer", init},
                {"seed", t.seed}};
     if (!t.sharding_type.empty()) tj["sharding_type"] = t.sharding_type;
+    const PlanConstraints& pc = t.constraints;
+    json cj = json::object();
+    if (!pc.sharding_types.empty()) cj["sharding_types"] = pc.sharding_types;
+    if (!pc.ps.empty()) cj["ps"] = pc.ps;
+    if (pc.min_shards) cj["min_shards"] = pc.min_shards;
+    if (pc.max_shards) cj["max_shards"] = pc.max_shards;
+    if (pc.pooling_factor) cj["pooling_factor"] = pc.pooling_factor;
+    if (!pc.id_frequency_sample.empty()) cj["id_frequency_sample"] = pc.id_frequency_sample;
+    if (!cj.empty()) tj["constraints"] = cj;
     tables_json.push_back(std::move(tj));
   }
   return json{
@@ -427,6 +486,7 @@ json JobConfig::ToJson() const {
         {"consistency", ConsistencyName(training.consistency)},
         {"seed", training.seed},
         {"log_every", training.log_every}}},
+      {"checkpoint", {{"dir", checkpoint.dir}, {"every_steps", checkpoint.every_steps}, {"keep", checkpoint.keep}}},
       {"runtime",
        {{"heartbeat_ms", runtime.heartbeat_ms},
         {"peer_timeout_ms", runtime.peer_timeout_ms},

@@ -41,6 +41,24 @@ struct InitializerSpec {
   double std = 1.0;
 };
 
+// What the planner must respect for one table (TorchRec's
+// ParameterConstraints, in this system's terms).
+struct PlanConstraints {
+  // Sharding types the planner may choose from; empty = table_wise,
+  // row_wise, column_wise, table_row_wise (data_parallel only when listed).
+  std::vector<std::string> sharding_types;
+  // Parameter servers the table's shards may live on; empty = any.
+  std::vector<int> ps;
+  // Bounds on the number of shards of a split table (0 = no bound).
+  int min_shards = 0;
+  int max_shards = 0;
+  // Expected ids per bag, for the lookup cost; 0 = data.ids_per_bag.
+  double pooling_factor = 0;
+  // A sample of looked-up ids, for how lookups spread over row ranges
+  // (hot rows make a row shard busier than its size says).
+  std::vector<int64_t> id_frequency_sample;
+};
+
 struct TableConfig {
   std::string name;
   int64_t num_embeddings = 0;
@@ -55,6 +73,7 @@ struct TableConfig {
   // table_wise, row_wise, column_wise, table_row_wise, data_parallel, or
   // empty to let the planner choose.
   std::string sharding_type;
+  PlanConstraints constraints;
 
   // Bytes of one stored row: weights plus optimizer state, float32.
   int64_t RowBytes() const;
@@ -63,6 +82,10 @@ struct TableConfig {
 // DLRM-style: bottom MLP on the dense features, concatenated with the pooled
 // embeddings of every feature (in table order, then feature order), top MLP
 // ending in one logit, BCE-with-logits loss.
+// Floats of optimizer state a row of `cols` embedding columns carries
+// (sgd 0, adagrad cols, rowwise_adagrad 1, adam 2 x cols + 1).
+int64_t OptimizerStateFloats(const std::string& type, int64_t cols);
+
 struct ModelConfig {
   int num_dense_features = 0;
   // Output sizes of the bottom layers (ReLU after each); empty = no bottom MLP.
@@ -116,6 +139,17 @@ struct RuntimeConfig {
   int64_t collective_timeout_ms = 120000;
 };
 
+// Consistent checkpoints at step boundaries (docs/operations.md).
+struct CheckpointConfig {
+  // Where checkpoints go; every server and the master must reach it. "" = none.
+  std::string dir;
+  // Take one every this many steps (0 = only on demand: SIGUSR1 to the master
+  // or `tessera_master --control checkpoint --master ...`).
+  int64_t every_steps = 0;
+  // Complete checkpoints kept; older ones are deleted once a newer is complete.
+  int keep = 2;
+};
+
 struct JobConfig {
   std::string name = "tessera-job";
   ClusterConfig cluster;
@@ -124,6 +158,7 @@ struct JobConfig {
   DataConfig data;
   TrainingConfig training;
   RuntimeConfig runtime;
+  CheckpointConfig checkpoint;
 
   // Index of the table holding `feature`, or -1.
   int TableOfFeature(const std::string& feature) const;

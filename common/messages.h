@@ -15,13 +15,15 @@
 //     Weights      := float32[sum num_ids of weighted entries]
 //   LookupResponse := Header Values
 //     Values       := float32[sum over entries of out_rows x shard_cols]
-//                     out_rows = num_bags (pooled table) or num_ids (unpooled)
+//                     out_rows = the entry's non-empty bags, in bag order (pooled
+//                     table: an empty bag has no row) or num_ids (unpooled)
 //
 //   PushRequest    := Header(op=PUSH_GRADIENTS) PushMeta Entries Grads
 //     PushMeta     := trainer:u32 flags:u32 step:u64
 //     Entries      := PushEntry[n]; PushEntry := shard:u32 rows:u32 cols:u32 pad:u32
 //     Grads        := float32[sum rows x cols]  gradient of each output row the
-//                     lookup with the same (trainer, step) returned
+//                     lookup with the same (trainer, step) returned (so, pooled:
+//                     one per non-empty bag)
 //   PushResponse   := Header                     (ALREADY_APPLIED for a retry)
 //
 //   JsonMessage    := Header Json                control plane (register, plan, ...)

@@ -101,7 +101,7 @@ ParamArray ParamArray::Text(std::string name, std::string text) {
   return a;
 }
 
-Status WriteParamFile(const std::string& path, const std::vector<ParamArray>& arrays) {
+StatusOr<std::string> EncodeParams(const std::vector<ParamArray>& arrays) {
   Writer w;
   w.Bytes(kMagic, sizeof(kMagic));
   w.Fixed<uint32_t>(static_cast<uint32_t>(arrays.size()));
@@ -116,17 +116,22 @@ Status WriteParamFile(const std::string& path, const std::vector<ParamArray>& ar
     w.Fixed<uint8_t>(static_cast<uint8_t>(a.type));
     w.Fixed<uint64_t>(static_cast<uint64_t>(a.rows));
     w.Fixed<uint64_t>(static_cast<uint64_t>(a.cols));
-    // x86 and Arm are little-endian, which is the file's order.
+    // x86 and Arm are little-endian, which is the format's order.
     if (a.type == ParamArray::Type::kFloat32) w.Bytes(a.f32.data(), n * 4);
     if (a.type == ParamArray::Type::kInt64) w.Bytes(a.i64.data(), n * 8);
     if (a.type == ParamArray::Type::kBytes) w.Bytes(a.bytes.data(), n);
   }
   w.Fixed<uint32_t>(Crc32(w.buf().data(), w.buf().size()));
+  return std::move(w.buf());
+}
+
+Status WriteParamFile(const std::string& path, const std::vector<ParamArray>& arrays) {
+  TESSERA_ASSIGN_OR_RETURN(std::string bytes, EncodeParams(arrays));
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return Status::Unavailable("cannot write " + tmp);
-    out.write(w.buf().data(), static_cast<std::streamsize>(w.buf().size()));
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.flush();
     if (!out) return Status::ResourceExhausted("short write to " + tmp + " (disk full?)");
   }
@@ -140,6 +145,10 @@ StatusOr<std::vector<ParamArray>> ReadParamFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound("cannot read " + path);
   std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return DecodeParams(data, path);
+}
+
+StatusOr<std::vector<ParamArray>> DecodeParams(const std::string& data, const std::string& path) {
   if (data.size() < sizeof(kMagic) + 8 || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
     return Status::DataLoss(path + ": not a Tessera parameter file");
   }

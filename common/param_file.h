@@ -35,6 +35,9 @@ struct ParamArray {
 
 Status WriteParamFile(const std::string& path, const std::vector<ParamArray>& arrays);
 StatusOr<std::vector<ParamArray>> ReadParamFile(const std::string& path);
+// The same format in memory (what travels in a checkpoint message).
+StatusOr<std::string> EncodeParams(const std::vector<ParamArray>& arrays);
+StatusOr<std::vector<ParamArray>> DecodeParams(const std::string& bytes, const std::string& what);
 // The array called `name`, or null.
 const ParamArray* FindParam(const std::vector<ParamArray>& arrays, const std::string& name);
 

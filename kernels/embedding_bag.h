@@ -3,6 +3,8 @@
 // Layouts, all row-major:
 //   rows     [num_rows x row_stride]; the first `dim` floats of a row are the
 //            embedding (the rest may hold optimizer state and is not touched)
+//   row_ptrs [num_rows] (forward only, instead of rows): row k's first `dim`
+//            floats start at row_ptrs[k], any alignment, anywhere in memory
 //   indices  [num_ids], each in [0, num_rows): positions into `rows` (a raw
 //            table's row ids, or the inverse index after deduplication)
 //   offsets  [num_bags + 1], offsets[0] == 0, non-decreasing,
@@ -28,9 +30,13 @@ TESSERA_HD float BagScale(Pooling pooling, int64_t len) {
 
 template <typename Index>
 struct EmbeddingBagForwardArgs {
+  // Rows either in one array (rows, row_stride) or, when row_ptrs is set,
+  // anywhere: row k starts at row_ptrs[k] (a parameter server pools straight
+  // from its store's rows, without copying them out).
   const float* rows = nullptr;
+  const float* const* row_ptrs = nullptr;  // [num_rows] or null
   int64_t num_rows = 0;
-  int64_t row_stride = 0;  // floats between consecutive rows, >= dim
+  int64_t row_stride = 0;  // floats between consecutive rows, >= dim (unused with row_ptrs)
   int dim = 0;
   const Index* indices = nullptr;
   const int64_t* offsets = nullptr;

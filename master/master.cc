@@ -86,12 +86,16 @@ Status Master::WaitForMembers() {
 
 Status Master::StartJob() {
   std::vector<std::string> endpoints;
+  PlannerOptions planner;
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_ = State::kStarting;
-    for (const PsMember& p : ps_) endpoints.push_back(p.endpoint);
+    for (const PsMember& p : ps_) {
+      endpoints.push_back(p.endpoint);
+      planner.servers.push_back(ServerInfo{p.host, p.memory_bytes});
+    }
   }
-  TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, PlanSharding(job_, PlannerOptions{job_.cluster.num_ps}));
+  TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, PlanSharding(job_, planner));
   std::cout << FormatPlan(job_, plan) << std::flush;
   for (const std::string& e : endpoints) {
     TESSERA_ASSIGN_OR_RETURN(int peer, client_->Connect(e));

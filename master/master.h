@@ -73,6 +73,7 @@ class Master {
   struct PsMember {
     std::string endpoint, host;
     int64_t pid = 0;
+    int64_t memory_bytes = 0;  // for embedding rows; 0 = no limit
     Clock::time_point last_seen;
     nlohmann::json stats;
   };

@@ -62,6 +62,7 @@ void Master::HandleRegister(const json& body, Responder r) {
     PsMember m;
     m.endpoint = body.at("endpoint").get<std::string>();
     m.host = body.value("host", "");
+    m.memory_bytes = body.value("memory_bytes", int64_t{0});
     m.pid = body.value("pid", int64_t{0});
     m.last_seen = Clock::now();
     reply["rank"] = static_cast<int>(ps_.size());

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include <gflags/gflags.h>
@@ -23,6 +24,8 @@ DEFINE_int64(register_timeout_ms, 600000, "How long to wait for all members to r
 DEFINE_string(dump_dir, "", "At the end, servers dump shards and trainer 0 its dense model here");
 DEFINE_string(summary_file, "", "Write the job summary (JSON) here");
 DEFINE_bool(print_plan, false, "Print the sharding plan for --num_ps servers and exit");
+DEFINE_int64(ps_memory_bytes, 0, "With --print_plan: each server's budget for embedding rows (0: no limit)");
+DEFINE_string(ps_hosts, "", "With --print_plan: comma-separated host of each server (default: one host each)");
 
 namespace {
 
@@ -80,7 +83,14 @@ int main(int argc, char** argv) {
   if (FLAGS_num_trainers > 0) job->cluster.num_trainers = FLAGS_num_trainers;
 
   if (FLAGS_print_plan) {
-    auto plan = tessera::PlanSharding(*job, tessera::PlannerOptions{job->cluster.num_ps});
+    tessera::PlannerOptions planner = tessera::PlannerOptions::Uniform(job->cluster.num_ps);
+    std::stringstream hosts(FLAGS_ps_hosts);
+    std::string host;
+    for (auto& server : planner.servers) {
+      server.memory_bytes = FLAGS_ps_memory_bytes;
+      if (std::getline(hosts, host, ',')) server.host = host;
+    }
+    auto plan = tessera::PlanSharding(*job, planner);
     if (!plan.ok()) {
       LOG(ERROR) << "no plan: " << plan.status();
       return 1;

@@ -1,9 +1,16 @@
-// The planner: decides where each table's shards live (DESIGN.md §3).
+// The planner: where each table's shards live (DESIGN.md §3).
 //
-// Each table gets the sharding type its config names (table_wise when it
-// names none), and its shards are placed so the bytes (rows x row bytes,
-// optimizer state included) per server are as even as a greedy
-// largest-first placement makes them.
+// For each table it picks a sharding type among those its constraints allow
+// — table_wise while the table is small next to a server's share, else split
+// by rows (row_wise, or table_row_wise within one host's servers) or by
+// columns — then places all shards largest first, each on the allowed server
+// where it least raises the larger of (bytes / the server's budget) and
+// (expected lookup work / the average server's), keeping a table's shards on
+// distinct servers. Bytes count rows x (dim + optimizer state) x 4; lookup work
+// counts the bytes a step moves to and from the server (ids in, pooled
+// vectors out), from the table's pooling factor and, when given, its
+// id-frequency sample (hot rows make a row shard busier than its size).
+// data_parallel tables live on the trainers and only when a table asks.
 #pragma once
 
 #include <cstdint>
@@ -16,17 +23,36 @@
 
 namespace tessera {
 
+struct ServerInfo {
+  // Host the server runs on: table_row_wise keeps a table within one host.
+  std::string host;
+  // Bytes of embedding rows the server may hold; 0 = no limit.
+  int64_t memory_bytes = 0;
+};
+
 struct PlannerOptions {
-  int num_ps = 1;
+  std::vector<ServerInfo> servers;
+  // Bags per feature per step over all trainers, for the lookup cost;
+  // 0 = batch_size x num_trainers from the job.
+  int64_t global_batch = 0;
+  // A table larger than this fraction of the average server's bytes is split
+  // (when its constraints allow), so no server ends up holding much more.
+  double split_fraction = 0.5;
+
+  // n equal servers without memory limits, each on its own host.
+  static PlannerOptions Uniform(int n);
 };
 
 StatusOr<ShardingPlan> PlanSharding(const JobConfig& job, const PlannerOptions& options);
 
 // Bytes each server holds under `plan`.
 std::vector<int64_t> BytesPerServer(const JobConfig& job, const ShardingPlan& plan);
+// Expected bytes moved per step to and from each server (the lookup cost).
+std::vector<double> LookupBytesPerServer(const JobConfig& job, const ShardingPlan& plan, int64_t global_batch);
 
-// The plan as a table like TorchRec's planner output:
-//   param | sharding type | ranks, then per shard: offsets | sizes | placement.
+// The plan as tables like TorchRec's planner output:
+//   param | sharding type | ranks, then per shard: offsets | sizes | placement,
+// then bytes and expected lookup bytes per server.
 std::string FormatPlan(const JobConfig& job, const ShardingPlan& plan);
 
 }  // namespace tessera

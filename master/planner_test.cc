@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <random>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -20,53 +23,156 @@ TableConfig Table(const std::string& name, int64_t rows, int dim, const std::str
   return t;
 }
 
-TEST(PlannerTest, TableWiseBalancesBytes) {
+JobConfig Job(std::vector<TableConfig> tables) {
   JobConfig job;
-  for (int i = 0; i < 8; ++i) job.tables.push_back(Table("t" + std::to_string(i), 1000 * (i + 1), 16));
-  auto plan = PlanSharding(job, PlannerOptions{2});
+  job.tables = std::move(tables);
+  job.training.batch_size = 512;
+  job.cluster.num_trainers = 2;
+  job.data.ids_per_bag = 4;
+  return job;
+}
+
+std::set<int> ServersOf(const ShardingPlan& plan, int table) {
+  std::set<int> out;
+  for (uint32_t id : plan.tables[table].shards) out.insert(plan.shards[id].ps);
+  return out;
+}
+
+TEST(PlannerTest, SmallTablesStayWholeAndBalanceBytes) {
+  std::vector<TableConfig> tables;
+  for (int i = 0; i < 8; ++i) tables.push_back(Table("t" + std::to_string(i), 1000 * (i + 1), 16));
+  JobConfig job = Job(tables);
+  auto plan = PlanSharding(job, PlannerOptions::Uniform(2));
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->shards.size(), 8u);
+  for (const TablePlan& tp : plan->tables) EXPECT_EQ(tp.type, ShardingType::kTableWise);
   auto bytes = BytesPerServer(job, *plan);
-  // 36,000 rows in all; greedy largest-first gets within one table of even.
   EXPECT_LE(std::abs(bytes[0] - bytes[1]), 1000 * 16 * 4);
-  for (const ShardSpec& s : plan->shards) {
-    EXPECT_EQ(s.row_offset, 0);
-    EXPECT_EQ(s.num_rows, job.tables[s.table].num_embeddings);
+}
+
+TEST(PlannerTest, FiftyPowerLawTablesOverFourServersWithinTenPercent) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<TableConfig> tables;
+  for (int i = 0; i < 50; ++i) {
+    // Pareto-distributed sizes (alpha 1.2): a few huge tables, many small.
+    const double rows = 1000.0 / std::pow(1.0 - u(rng), 1.0 / 1.2);
+    const int dims[] = {16, 32, 64, 128};
+    tables.push_back(Table("t" + std::to_string(i), static_cast<int64_t>(std::min(rows, 5e7)), dims[i % 4]));
   }
+  JobConfig job = Job(tables);
+  auto plan = PlanSharding(job, PlannerOptions::Uniform(4));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto bytes = BytesPerServer(job, *plan);
+  const auto [lo, hi] = std::minmax_element(bytes.begin(), bytes.end());
+  EXPECT_LE(static_cast<double>(*hi - *lo), 0.10 * static_cast<double>(*hi)) << FormatPlan(job, *plan);
+  int split = 0;
+  for (const TablePlan& tp : plan->tables) split += tp.shards.size() > 1;
+  EXPECT_GT(split, 0);   // the huge tables had to be split
+  EXPECT_LT(split, 25);  // most stayed whole (fewer requests per lookup)
 }
 
 TEST(PlannerTest, RowWiseAndColumnWiseSplitUnevenSizes) {
-  JobConfig job;
-  job.tables.push_back(Table("rows", 10, 4, "row_wise"));
-  job.tables.push_back(Table("cols", 7, 5, "column_wise"));
-  auto plan = PlanSharding(job, PlannerOptions{3});
+  JobConfig job = Job({Table("rows", 10, 4, "row_wise"), Table("cols", 7, 5, "column_wise")});
+  auto plan = PlanSharding(job, PlannerOptions::Uniform(3));
   ASSERT_TRUE(plan.ok()) << plan.status();
   std::vector<int64_t> rows;
-  std::vector<int> cols, rows_ps, cols_ps;
-  for (uint32_t id : plan->tables[0].shards) {
-    rows.push_back(plan->shards[id].num_rows);
-    rows_ps.push_back(plan->shards[id].ps);
-  }
-  for (uint32_t id : plan->tables[1].shards) {
-    cols.push_back(plan->shards[id].num_cols);
-    cols_ps.push_back(plan->shards[id].ps);
-  }
+  std::vector<int> cols;
+  for (uint32_t id : plan->tables[0].shards) rows.push_back(plan->shards[id].num_rows);
+  for (uint32_t id : plan->tables[1].shards) cols.push_back(plan->shards[id].num_cols);
   EXPECT_EQ(rows, (std::vector<int64_t>{4, 3, 3}));
   EXPECT_EQ(cols, (std::vector<int>{2, 2, 1}));
-  std::sort(rows_ps.begin(), rows_ps.end());
-  std::sort(cols_ps.begin(), cols_ps.end());
-  EXPECT_EQ(rows_ps, (std::vector<int>{0, 1, 2}));  // distinct servers
-  EXPECT_EQ(cols_ps, (std::vector<int>{0, 1, 2}));
-  const ShardSpec& last = plan->shards[plan->tables[0].shards[2]];
-  EXPECT_EQ(last.row_offset + last.num_rows, 10);
+  EXPECT_EQ(ServersOf(*plan, 0).size(), 3u);  // distinct servers
+  EXPECT_EQ(ServersOf(*plan, 1).size(), 3u);
+}
+
+TEST(PlannerTest, ConstraintsAreRespected) {
+  TableConfig pinned = Table("pinned", 100000, 32);
+  pinned.constraints.ps = {2};
+  TableConfig only_cw = Table("only_cw", 1000000, 64);
+  only_cw.constraints.sharding_types = {"column_wise"};
+  only_cw.constraints.max_shards = 2;
+  TableConfig two_to_three = Table("bounded", 5000000, 16);
+  two_to_three.constraints.sharding_types = {"row_wise"};
+  two_to_three.constraints.min_shards = 2;
+  two_to_three.constraints.max_shards = 3;
+  TableConfig forced_split = Table("small_split", 100, 8);
+  forced_split.constraints.min_shards = 2;
+  JobConfig job = Job({pinned, only_cw, two_to_three, forced_split});
+  auto plan = PlanSharding(job, PlannerOptions::Uniform(4));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(ServersOf(*plan, 0), std::set<int>{2});
+  EXPECT_EQ(plan->tables[1].type, ShardingType::kColumnWise);
+  EXPECT_EQ(plan->tables[1].shards.size(), 2u);
+  EXPECT_EQ(plan->tables[2].type, ShardingType::kRowWise);
+  EXPECT_EQ(plan->tables[2].shards.size(), 3u);
+  EXPECT_GE(plan->tables[3].shards.size(), 2u);
+}
+
+TEST(PlannerTest, BudgetsAreRespectedAndTheImpossibleIsAClearError) {
+  // Four servers of 1 MiB; a 3 MiB table must be split, a 5 MiB one cannot fit.
+  PlannerOptions o = PlannerOptions::Uniform(4);
+  for (auto& s : o.servers) s.memory_bytes = 1 << 20;
+  JobConfig fits = Job({Table("three_mib", 3 * (1 << 20) / 64, 16), Table("small", 1000, 16)});
+  auto plan = PlanSharding(fits, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (int64_t b : BytesPerServer(fits, *plan)) EXPECT_LE(b, 1 << 20);
+  EXPECT_GT(plan->tables[0].shards.size(), 1u);
+
+  JobConfig too_big = Job({Table("huge", 5 * (1 << 20) / 64 + 4 * 1024, 16)});
+  too_big.tables[0].constraints.sharding_types = {"table_wise", "row_wise"};
+  auto none = PlanSharding(too_big, o);
+  ASSERT_EQ(none.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(none.status().message().find("table huge does not fit"), std::string::npos) << none.status();
+  EXPECT_NE(none.status().message().find("free capacity"), std::string::npos);
+  EXPECT_NE(none.status().message().find("MiB"), std::string::npos);
+
+  JobConfig whole_only = Job({Table("whole", 2 * (1 << 20) / 64, 16, "table_wise")});
+  EXPECT_EQ(PlanSharding(whole_only, o).status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(PlannerTest, TableRowWiseStaysWithinOneHost) {
+  PlannerOptions o;
+  o.servers = {{"a", 0}, {"a", 0}, {"b", 0}, {"b", 0}, {"b", 0}};
+  JobConfig job = Job({Table("trw", 100000, 16, "table_row_wise")});
+  auto plan = PlanSharding(job, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->tables[0].type, ShardingType::kTableRowWise);
+  EXPECT_EQ(ServersOf(*plan, 0), (std::set<int>{2, 3, 4}));  // the host with most servers
+  int64_t rows = 0;
+  for (uint32_t id : plan->tables[0].shards) rows += plan->shards[id].num_rows;
+  EXPECT_EQ(rows, 100000);
+}
+
+TEST(PlannerTest, DataParallelLivesOnTrainers) {
+  JobConfig job = Job({Table("dp", 100, 4, "data_parallel"), Table("tw", 100, 4)});
+  auto plan = PlanSharding(job, PlannerOptions::Uniform(2));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->tables[0].type, ShardingType::kDataParallel);
+  EXPECT_TRUE(plan->tables[0].shards.empty());
+  EXPECT_EQ(BytesPerServer(job, *plan)[0] + BytesPerServer(job, *plan)[1], 100 * 4 * 4);
+  EXPECT_NE(FormatPlan(job, *plan).find("every trainer"), std::string::npos);
+}
+
+TEST(PlannerTest, IdFrequencySampleMakesHotShardsCostMore) {
+  TableConfig hot = Table("hot", 1000, 16, "row_wise");
+  for (int i = 0; i < 90; ++i) hot.constraints.id_frequency_sample.push_back(i % 10);  // rows 0..9
+  for (int i = 0; i < 10; ++i) hot.constraints.id_frequency_sample.push_back(900 + i);
+  JobConfig job = Job({hot});
+  auto plan = PlanSharding(job, PlannerOptions::Uniform(2));
+  ASSERT_TRUE(plan.ok());
+  auto cost = LookupBytesPerServer(job, *plan, 1024);
+  const int first = plan->shards[plan->tables[0].shards[0]].ps;
+  EXPECT_GT(cost[first], cost[1 - first]);  // the shard with rows 0..499 takes 90% of the ids
 }
 
 TEST(PlannerTest, JsonRoundTripAndFormat) {
-  JobConfig job;
-  job.tables.push_back(Table("a", 100, 8));
-  job.tables.push_back(Table("b", 50, 4, "row_wise"));
-  auto plan = PlanSharding(job, PlannerOptions{2});
+  std::vector<TableConfig> tables = {Table("a", 100, 8), Table("b", 50, 4, "row_wise")};
+  for (int i = 0; i < 6; ++i) tables.push_back(Table("c" + std::to_string(i), 100, 8));
+  JobConfig job = Job(tables);
+  auto plan = PlanSharding(job, PlannerOptions::Uniform(2));
   ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->tables[0].type, ShardingType::kTableWise);
   auto back = ShardingPlan::FromJson(plan->ToJson());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->ToJson(), plan->ToJson());
@@ -74,15 +180,14 @@ TEST(PlannerTest, JsonRoundTripAndFormat) {
   EXPECT_NE(text.find("table_wise"), std::string::npos);
   EXPECT_NE(text.find("row_wise"), std::string::npos);
   EXPECT_NE(text.find("rank:"), std::string::npos);
+  EXPECT_NE(text.find("lookup bytes/step"), std::string::npos);
 }
 
-TEST(PlannerTest, UnsupportedTypeIsAClearError) {
-  JobConfig job;
-  job.tables.push_back(Table("dp", 10, 4, "data_parallel"));
-  auto plan = PlanSharding(job, PlannerOptions{2});
-  EXPECT_EQ(plan.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(plan.status().message().find("dp"), std::string::npos);
-  EXPECT_FALSE(PlanSharding(job, PlannerOptions{0}).ok());
+TEST(PlannerTest, BadConstraintsAreErrors) {
+  TableConfig t = Table("t", 10, 4);
+  t.constraints.ps = {7};
+  EXPECT_EQ(PlanSharding(Job({t}), PlannerOptions::Uniform(2)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(PlanSharding(Job({Table("t", 10, 4)}), PlannerOptions::Uniform(0)).ok());
 }
 
 }  // namespace

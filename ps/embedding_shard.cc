@@ -50,12 +50,20 @@ Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const
   }
   ForwardContextEntry c;
   c.shard = spec_.shard_id;
-  c.num_bags = static_cast<int64_t>(lengths.size());
+  c.offsets.reserve(lengths.size() + 1);
+  c.offsets.push_back(0);
+  if (pooled()) {
+    // Empty bags are left out of the reply: a row shard sees only the bags
+    // with ids in its rows, and the trainer knows which those are.
+    for (int32_t len : lengths) {
+      if (len > 0) c.offsets.push_back(c.offsets.back() + len);
+    }
+  } else {
+    for (int32_t len : lengths) c.offsets.push_back(c.offsets.back() + len);
+  }
+  c.num_bags = static_cast<int64_t>(c.offsets.size()) - 1;
   c.out_rows = OutRows(c.num_bags, static_cast<int64_t>(ids.size()));
   c.pooling = (sum_partial && pooling_ == kernels::Pooling::kMean) ? kernels::Pooling::kSum : pooling_;
-  c.offsets.resize(lengths.size() + 1);
-  c.offsets[0] = 0;
-  for (size_t b = 0; b < lengths.size(); ++b) c.offsets[b + 1] = c.offsets[b] + lengths[b];
   c.weights.assign(weights.begin(), weights.end());
   dedup->Run(ids, &c.unique_ids, &c.inverse);
 

@@ -22,7 +22,7 @@ namespace tessera {
 // What a lookup leaves behind for the backward pass of one request entry.
 struct ForwardContextEntry {
   uint32_t shard = 0;
-  int64_t num_bags = 0;
+  int64_t num_bags = 0;                // pooled: the non-empty bags only
   int64_t out_rows = 0;                // num_bags (pooled) or number of ids (unpooled)
   kernels::Pooling pooling = kernels::Pooling::kSum;  // as applied (sum_partial turns MEAN into SUM)
   std::vector<int64_t> unique_ids;     // [U] in first-seen order
@@ -40,11 +40,13 @@ class EmbeddingShard {
   const TableConfig& table() const { return table_; }
   int cols() const { return spec_.num_cols; }
   bool pooled() const { return pooling_ != kernels::Pooling::kNone; }
-  int64_t OutRows(int64_t num_bags, int64_t num_ids) const { return pooled() ? num_bags : num_ids; }
+  // Rows of the reply: one per non-empty bag (pooled) or per id (unpooled).
+  int64_t OutRows(int64_t non_empty_bags, int64_t num_ids) const { return pooled() ? non_empty_bags : num_ids; }
   RowStore* store() { return store_.get(); }
 
   // Checks every id lies in the shard's rows and every weight is finite, then
-  // deduplicates, gathers and pools. out: [OutRows x cols], overwritten.
+  // deduplicates, gathers and pools. out: [OutRows x cols], overwritten;
+  // pooled tables get one row per non-empty bag, in bag order.
   // sum_partial pools a MEAN table by SUM (the trainer divides by the whole
   // bag's length after adding the partials of several row shards).
   // On error nothing is written to *ctx and the store is unchanged.

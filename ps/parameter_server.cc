@@ -39,7 +39,11 @@ ParameterServer::~ParameterServer() {
 Status ParameterServer::Register() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  json body = {{"role", "ps"}, {"endpoint", endpoint_}, {"host", host}, {"pid", static_cast<int64_t>(getpid())}};
+  json body = {{"role", "ps"},
+               {"endpoint", endpoint_},
+               {"host", options_.host_group.empty() ? std::string(host) : options_.host_group},
+               {"memory_bytes", options_.memory_bytes},
+               {"pid", static_cast<int64_t>(getpid())}};
   const auto give_up = std::chrono::steady_clock::now() + milliseconds(options_.register_timeout_ms);
   Status last;
   while (std::chrono::steady_clock::now() < give_up) {

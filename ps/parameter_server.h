@@ -24,6 +24,11 @@ struct ParameterServerOptions {
   // Threads serving lookups and pushes. More than the trainers' count buys
   // nothing in sync mode; each thread keeps its own dedup scratch.
   int threads = 2;
+  // Host group reported to the planner (table_row_wise keeps a table within
+  // one host's servers); "" reports the machine's host name.
+  std::string host_group;
+  // Bytes of embedding rows this server may hold, for the planner; 0 = no limit.
+  int64_t memory_bytes = 0;
   // How long to keep trying to reach the master at start.
   int64_t register_timeout_ms = 120000;
 };

@@ -9,6 +9,8 @@ DEFINE_string(master, "", "The master's address, tcp://HOST:PORT");
 DEFINE_string(bind, "tcp://127.0.0.1:0", "Where to listen (port 0: any free port)");
 DEFINE_string(advertise_host, "", "Host name trainers reach this server by (default: the bind host)");
 DEFINE_int32(threads, 2, "Threads serving lookups and pushes");
+DEFINE_string(host_group, "", "Host group for table_row_wise placement (default: this machine's host name)");
+DEFINE_int64(memory_bytes, 0, "Bytes of embedding rows this server may hold, for the planner (0: no limit)");
 DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
 
 int main(int argc, char** argv) {
@@ -23,6 +25,8 @@ int main(int argc, char** argv) {
   options.advertise_host = FLAGS_advertise_host;
   options.threads = FLAGS_threads;
   options.register_timeout_ms = FLAGS_register_timeout_ms;
+  options.host_group = FLAGS_host_group;
+  options.memory_bytes = FLAGS_memory_bytes;
   auto ps = tessera::ParameterServer::Start(options);
   if (!ps.ok()) {
     LOG(ERROR) << "parameter server failed to start: " << ps.status();

@@ -143,7 +143,7 @@ void PsService::HandleLookup(Message&& m, Responder r) {
 void PsService::ServeLookup(LookupRequest&& req, Responder r) {
   auto shards = Shards();
   // Size the reply and check every entry before computing anything.
-  size_t total = 0;
+  size_t total = 0, bag = 0;
   std::vector<EmbeddingShard*> entry_shards;
   for (size_t i = 0; i < req.entries.size(); ++i) {
     const LookupEntry& e = req.entries[i];
@@ -154,13 +154,18 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
                                     std::to_string(ps_rank_.load())));
       return;
     }
+    int64_t non_empty = 0;
+    for (uint32_t b = 0; b < e.num_bags; ++b) non_empty += req.lengths[bag + b] > 0;
+    bag += e.num_bags;
     entry_shards.push_back(it->second.get());
-    total += static_cast<size_t>(it->second->OutRows(e.num_bags, e.num_ids)) * it->second->cols();
+    total += static_cast<size_t>(it->second->OutRows(non_empty, e.num_ids)) * it->second->cols();
   }
+  const auto start = Clock::now();
   std::vector<float> values(total);
   Context ctx;
   ctx.entries.resize(req.entries.size());
-  size_t bag = 0, id = 0, weight = 0, out = 0;
+  size_t id = 0, weight = 0, out = 0;
+  bag = 0;
   for (size_t i = 0; i < req.entries.size(); ++i) {
     const LookupEntry& e = req.entries[i];
     EmbeddingShard* shard = entry_shards[i];
@@ -180,6 +185,7 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
     out += static_cast<size_t>(ctx.entries[i].out_rows) * shard->cols();
   }
   ctx.created = Clock::now();
+  lookup_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(ctx.created - start).count();
   if (!(req.meta.flags & kLookupNoContext)) {
     std::lock_guard<std::mutex> lock(mu_);
     ExpireContexts();
@@ -200,6 +206,7 @@ Status PsService::PushToRowGrads(const PushRequest& push, const Context& ctx, st
     if (!std::isfinite(g)) return Status::InvalidArgument("non-finite gradient in push; nothing applied");
   }
   auto shards = Shards();
+  const auto start = Clock::now();
   out->clear();
   out->resize(ctx.entries.size());
   size_t offset = 0;
@@ -224,11 +231,18 @@ Status PsService::PushToRowGrads(const PushRequest& push, const Context& ctx, st
     shard->Backward(ce, push.grads.data() + offset, g.grads.data());
     offset += static_cast<size_t>(pe.rows) * pe.cols;
   }
+  backward_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
   return Status::OK();
 }
 
 Status PsService::ApplyMerged(const std::vector<const std::vector<EntryGrads>*>& pushes) {
   auto shards = Shards();
+  const auto start = Clock::now();
+  struct Timer {
+    std::atomic<int64_t>* total;
+    Clock::time_point start;
+    ~Timer() { *total += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(); }
+  } timer{&apply_ns_, start};
   // Group the entries by shard, keeping the given order within a shard.
   std::map<uint32_t, std::vector<const EntryGrads*>> by_shard;
   for (const auto* push : pushes) {
@@ -438,6 +452,9 @@ json PsService::Stats() const {
               {"pushes_applied", pushes_applied_.load()},
               {"errors", errors_.load()},
               {"open_contexts", contexts_.size()},
+              {"lookup_compute_ms", lookup_ns_.load() / 1e6},
+              {"backward_compute_ms", backward_ns_.load() / 1e6},
+              {"apply_compute_ms", apply_ns_.load() / 1e6},
               {"applied_steps", applied_steps_}};
 }
 

@@ -129,6 +129,8 @@ class PsService {
   bool shutdown_ = false;                                                 // GUARDED_BY(mu_)
 
   std::atomic<int64_t> lookups_{0}, ids_looked_up_{0}, pushes_applied_{0}, errors_{0};
+  // Time spent computing (not waiting): pooling, row gradients, optimizer.
+  std::atomic<int64_t> lookup_ns_{0}, backward_ns_{0}, apply_ns_{0};
 };
 
 }  // namespace tessera

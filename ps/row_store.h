@@ -37,10 +37,15 @@ class RowStore {
   int row_width() const { return options_.row_width; }
   int gather_cols() const { return options_.gather_cols; }
 
-  // out[i * gather_cols ..] = first gather_cols floats of row ids[i]. May
+  // Calls fn once with a pointer to each row of `ids` (full rows), valid only
+  // while fn runs; other readers may run at the same time, writers wait. May
   // materialize rows read for the first time (they are about to be updated).
+  using ReadFn = std::function<void(const float* const* rows, int64_t n)>;
+  virtual Status Read(std::span<const int64_t> ids, const ReadFn& fn) = 0;
+
+  // out[i * gather_cols ..] = first gather_cols floats of row ids[i].
   // REQUIRES: out holds ids.size() * gather_cols floats.
-  virtual Status Gather(std::span<const int64_t> ids, float* out) = 0;
+  Status Gather(std::span<const int64_t> ids, float* out);
 
   // Calls fn once with pointers to the full rows of `ids` (materializing the
   // missing ones from the initializer), which fn may modify in place; the

@@ -21,7 +21,7 @@ echo "== tests (release)"
 if [ "$ASAN" = 1 ]; then
   echo "== build (AddressSanitizer + UndefinedBehaviorSanitizer, unit tests)"
   cmake -S "$ROOT" -B "$ROOT/build-asan" -DTESSERA_SANITIZE=ON -DTESSERA_WITH_CUDA=OFF -DTESSERA_WERROR=ON \
-    -DCMAKE_BUILD_TYPE=Debug >/dev/null
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   UNIT_TARGETS=$(cd "$ROOT/build-asan" && ctest -N -L unit | awk '/Test +#/ {print $3}')
   # shellcheck disable=SC2086
   cmake --build "$ROOT/build-asan" -j"$JOBS" --target $UNIT_TARGETS

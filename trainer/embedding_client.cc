@@ -17,6 +17,7 @@ EmbeddingClient::EmbeddingClient(const EmbeddingClientOptions& options, const Jo
     r.dim = table.embedding_dim;
     r.pooled = table.pooling != PoolingType::kNone;
     r.mean = table.pooling == PoolingType::kMean;
+    r.local = tp.type == ShardingType::kDataParallel;
     for (uint32_t id : tp.shards) r.shards.push_back(&plan_.shards[id]);
     std::stable_sort(r.shards.begin(), r.shards.end(), [](const ShardSpec* a, const ShardSpec* b) {
       return a->row_offset != b->row_offset ? a->row_offset < b->row_offset : a->col_offset < b->col_offset;
@@ -41,14 +42,23 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
   uint32_t flags = weights ? kEntryWeighted : 0;
 
   if (!fr.row_split) {
-    // Every shard (one, or one per column slice) gets all of the feature's ids.
+    // Every shard (one, or one per column slice) gets all of the feature's
+    // ids; a pooled reply has a row per non-empty bag.
+    std::vector<int64_t> bags;
+    int64_t out_rows = fr.pooled ? B : n;
+    if (fr.pooled && std::find(lens.begin(), lens.end(), 0) != lens.end()) {
+      for (int64_t b = 0; b < B; ++b) {
+        if (lens[b] > 0) bags.push_back(b);
+      }
+      out_rows = static_cast<int64_t>(bags.size());
+    }
     for (const ShardSpec* s : fr.shards) {
       ServerRequest& req = (*requests)[s->ps];
       req.entries.push_back(LookupEntry{s->shard_id, static_cast<uint32_t>(B), static_cast<uint32_t>(n), flags});
       req.lengths.insert(req.lengths.end(), lens.begin(), lens.end());
       req.ids.insert(req.ids.end(), ids, ids + n);
       if (weights) req.weights.insert(req.weights.end(), weights, weights + n);
-      req.routes.push_back(EntryRoute{f, s, fr.pooled ? B : n, {}});
+      req.routes.push_back(EntryRoute{f, s, out_rows, bags});
     }
     return;
   }
@@ -70,9 +80,15 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
       // edge shard, whose server rejects them with a clear error.
       size_t s = 0;
       while (s + 1 < k && fr.shards[s + 1]->row_offset <= ids[i]) ++s;
+      // Where the reply's row for this id goes: its bag (pooled, once per
+      // bag) or its own position (unpooled).
+      if (!fr.pooled) {
+        positions[s].push_back(i);
+      } else if (shard_lens[s][b] == 0) {
+        positions[s].push_back(b);
+      }
       shard_lens[s][b]++;
       shard_ids[s].push_back(ids[i]);
-      positions[s].push_back(i);
       if (weights) shard_weights[s].push_back(weights[i]);
     }
   }
@@ -84,7 +100,8 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
     req.lengths.insert(req.lengths.end(), shard_lens[s].begin(), shard_lens[s].end());
     req.ids.insert(req.ids.end(), shard_ids[s].begin(), shard_ids[s].end());
     req.weights.insert(req.weights.end(), shard_weights[s].begin(), shard_weights[s].end());
-    req.routes.push_back(EntryRoute{f, spec, fr.pooled ? B : m, std::move(positions[s])});
+    const int64_t out_rows = static_cast<int64_t>(positions[s].size());
+    req.routes.push_back(EntryRoute{f, spec, out_rows, std::move(positions[s])});
   }
 }
 
@@ -95,6 +112,7 @@ Status EmbeddingClient::Lookup(uint64_t step, const KeyedJaggedTensor& kjt, bool
   std::vector<ServerRequest> requests(ps_peers_.size());
   out->resize(F);
   for (int f = 0; f < F; ++f) {
+    if (routes_[f].local) continue;
     const int key = kjt.KeyIndex(features_[f]);
     if (key < 0) return Status::InvalidArgument("the batch has no feature '" + features_[f] + "'");
     RouteFeature(f, kjt, key, value_offsets, &requests);
@@ -105,13 +123,16 @@ Status EmbeddingClient::Lookup(uint64_t step, const KeyedJaggedTensor& kjt, bool
   step_ = step;
   batch_ = kjt.batch_size;
   last_lookup_bytes_ = 0;
+  last_reply_bytes_ = 0;
   step_routes_.assign(ps_peers_.size(), {});
   std::vector<RpcFuture> futures;
   std::vector<size_t> expected(ps_peers_.size(), 0);
   for (size_t p = 0; p < requests.size(); ++p) {
     ServerRequest& req = requests[p];
     for (const EntryRoute& r : req.routes) expected[p] += r.out_rows * r.shard->num_cols;
-    last_lookup_bytes_ += req.ids.size() * 8 + req.lengths.size() * 4 + req.weights.size() * 4;
+    last_lookup_bytes_ += req.entries.size() * sizeof(LookupEntry) + req.ids.size() * 8 + req.lengths.size() * 4 +
+                          req.weights.size() * 4;
+    last_reply_bytes_ += static_cast<int64_t>(expected[p] * sizeof(float));
     step_routes_[p] = std::move(req.routes);
     LookupMeta meta{options_.trainer, inference ? kLookupNoContext : 0u, step};
     Message m = EncodeLookupRequest(meta, std::move(req.entries), std::move(req.lengths), std::move(req.ids),
@@ -133,7 +154,7 @@ Status EmbeddingClient::Lookup(uint64_t step, const KeyedJaggedTensor& kjt, bool
     for (const EntryRoute& r : step_routes_[p]) {
       const int cols = r.shard->num_cols, dim = routes_[r.feature].dim, off = r.shard->col_offset;
       float* dst = (*out)[r.feature].data();
-      const bool scatter = !r.positions.empty() && !routes_[r.feature].pooled;
+      const bool scatter = !r.positions.empty();
       for (int64_t row = 0; row < r.out_rows; ++row) {
         float* d = dst + (scatter ? r.positions[row] : row) * dim + off;
         const float* s = v + row * cols;
@@ -170,13 +191,14 @@ Status EmbeddingClient::StartPush(const FeatureOutputs& grads) {
       const int cols = r.shard->num_cols, off = r.shard->col_offset;
       entries.push_back(PushEntry{r.shard->shard_id, static_cast<uint32_t>(r.out_rows), static_cast<uint32_t>(cols), 0});
       const float* g = grads[r.feature].data();
-      const bool scatter = !r.positions.empty() && !fr.pooled;
+      const bool scatter = !r.positions.empty();
       const bool mean_partial = fr.row_split && fr.mean;
       for (int64_t row = 0; row < r.out_rows; ++row) {
-        const float* s = g + (scatter ? r.positions[row] : row) * fr.dim + off;
+        const int64_t dst_row = scatter ? r.positions[row] : row;
+        const float* s = g + dst_row * fr.dim + off;
         if (mean_partial) {
           // The server pooled this bag by SUM; the mean's 1/len is applied here.
-          const int32_t len = bag_lengths_[r.feature][row];
+          const int32_t len = bag_lengths_[r.feature][dst_row];
           const float scale = len > 0 ? 1.0f / static_cast<float>(len) : 0.0f;
           for (int c = 0; c < cols; ++c) values.push_back(s[c] * scale);
         } else {

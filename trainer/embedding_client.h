@@ -39,11 +39,13 @@ class EmbeddingClient {
   EmbeddingClient(const EmbeddingClientOptions& options, const JobConfig& job, const ShardingPlan& plan,
                   RpcClient* client, std::vector<int> ps_peers);
 
-  // The features this client expects in a KJT, in model order.
+  // Every feature of the job, in model order (tables in order, then their
+  // features); FeatureOutputs are indexed the same way.
   const std::vector<std::string>& features() const { return features_; }
 
-  // Looks up every feature of `kjt` for `step`. inference: no backward
-  // context is opened (evaluation).
+  // Looks up every feature of `kjt` held by parameter servers for `step`
+  // (data-parallel features are left alone: trainer/data_parallel_tables.h
+  // fills them). inference: no backward context is opened (evaluation).
   Status Lookup(uint64_t step, const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* out);
 
   // Sends d(loss)/d(output) of every feature for the step of the last
@@ -56,8 +58,10 @@ class EmbeddingClient {
     return WaitPush();
   }
 
-  // Bytes of ids, lengths and weights sent by the last Lookup().
+  // Bytes the last Lookup() moved: sent (entries, lengths, ids, weights) and
+  // received (pooled or unpooled rows), over all servers.
   int64_t last_lookup_bytes() const { return last_lookup_bytes_; }
+  int64_t last_reply_bytes() const { return last_reply_bytes_; }
 
  private:
   struct FeatureRoute {
@@ -66,10 +70,13 @@ class EmbeddingClient {
     bool pooled = true;
     bool mean = false;
     bool row_split = false;
+    bool local = false;  // data_parallel: on the trainers, not routed
     std::vector<const ShardSpec*> shards;  // by row range, then column range
   };
-  // One request entry: which feature, which shard, and for a row-split shard
-  // which of the feature's ids went there (positions, for unpooled outputs).
+  // One request entry: which feature, which shard, and where each row of
+  // the reply goes in the feature's output: positions[row] is a bag (pooled:
+  // replies skip empty bags) or an id's position (unpooled, row-split);
+  // empty positions mean row i goes to row i.
   struct EntryRoute {
     int feature = 0;
     const ShardSpec* shard = nullptr;
@@ -101,6 +108,7 @@ class EmbeddingClient {
   std::vector<std::vector<EntryRoute>> step_routes_;  // per server
   std::vector<std::vector<int32_t>> bag_lengths_;    // per feature, for MEAN over row shards
   int64_t last_lookup_bytes_ = 0;
+  int64_t last_reply_bytes_ = 0;
   std::vector<RpcFuture> pushes_;  // in flight, one per server
 };
 

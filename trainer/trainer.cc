@@ -129,12 +129,6 @@ void Trainer::HeartbeatLoop() {
 Status Trainer::Train(const json& start, json* report) {
   TESSERA_ASSIGN_OR_RETURN(JobConfig job, ParseJobConfigJson(start.at("job"), ""));
   TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::FromJson(start.at("plan")));
-  for (const TableConfig& t : job.tables) {
-    if (t.pooling == PoolingType::kNone) {
-      return Status::Unimplemented("table " + t.name +
-                                   " is unpooled (pooling NONE): the DLRM model takes pooled features only");
-    }
-  }
   std::vector<int> ps_peers;
   for (const auto& e : start.at("ps_endpoints")) {
     TESSERA_ASSIGN_OR_RETURN(int peer, client_->Connect(e.get<std::string>()));
@@ -147,6 +141,7 @@ Status Trainer::Train(const json& start, json* report) {
   eo.trainer = static_cast<uint32_t>(options_.rank);
   eo.timeout = milliseconds(job.runtime.rpc_timeout_ms);
   EmbeddingClient embeddings(eo, job, plan, client_.get(), ps_peers);
+  TESSERA_ASSIGN_OR_RETURN(DataParallelTables local_tables, DataParallelTables::Create(job, plan));
 
   std::vector<int> dims;
   for (const TableConfig& t : job.tables) dims.insert(dims.end(), t.feature_names.size(), t.embedding_dim);
@@ -172,7 +167,7 @@ Status Trainer::Train(const json& start, json* report) {
               << p["examples_per_s"];
     SendProgress(p);
   };
-  TrainingLoop loop(job, lo, data.get(), &embeddings, collective.get(), &model, &optimizer);
+  TrainingLoop loop(job, lo, data.get(), &embeddings, &local_tables, collective.get(), &model, &optimizer);
   LOG(INFO) << "trainer " << options_.rank << ": training " << loop.TotalSteps() << " steps of batch "
             << job.training.batch_size << " on " << data->num_examples() << " examples";
   TESSERA_ASSIGN_OR_RETURN(TrainingResult result, loop.Run());
@@ -199,6 +194,7 @@ Status Trainer::Train(const json& start, json* report) {
     std::filesystem::create_directories(dump_dir, ec);
     if (ec) return Status::Unavailable("cannot create " + dump_dir + ": " + ec.message());
     TESSERA_RETURN_IF_ERROR(WriteParamFile(dump_dir + "/dense.params", arrays));
+    if (!local_tables.empty()) TESSERA_RETURN_IF_ERROR(WriteParamFile(dump_dir + "/dp.params", local_tables.Export()));
   }
   return Status::OK();
 }

@@ -15,23 +15,69 @@ using Clock = std::chrono::steady_clock;
 namespace {
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-std::vector<const float*> Pointers(const FeatureOutputs& outputs) {
-  std::vector<const float*> p;
-  for (const auto& o : outputs) p.push_back(o.data());
-  return p;
-}
 }  // namespace
 
 TrainingLoop::TrainingLoop(const JobConfig& job, const TrainingLoopOptions& options, DataSource* data,
-                           EmbeddingClient* embeddings, Collective* collective, DlrmModel* model,
-                           DenseOptimizer* optimizer)
+                           EmbeddingClient* embeddings, DataParallelTables* local_tables, Collective* collective,
+                           DlrmModel* model, DenseOptimizer* optimizer)
     : job_(job),
       options_(options),
       data_(data),
       embeddings_(embeddings),
+      local_tables_(local_tables),
       collective_(collective),
       model_(model),
-      optimizer_(optimizer) {}
+      optimizer_(optimizer) {
+  for (const TableConfig& t : job.tables) {
+    for (size_t i = 0; i < t.feature_names.size(); ++i) {
+      dims_.push_back(t.embedding_dim);
+      unpooled_.push_back(t.pooling == PoolingType::kNone);
+    }
+  }
+}
+
+Status TrainingLoop::LookupAll(uint64_t step, const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* features,
+                               std::vector<const float*>* pooled) {
+  TESSERA_RETURN_IF_ERROR(embeddings_->Lookup(step, kjt, inference, features));
+  TESSERA_RETURN_IF_ERROR(local_tables_->Lookup(kjt, features));
+  const auto& names = embeddings_->features();
+  sequence_pooled_.resize(names.size());
+  pooled->assign(names.size(), nullptr);
+  for (size_t f = 0; f < names.size(); ++f) {
+    if (!unpooled_[f]) {
+      (*pooled)[f] = (*features)[f].data();
+      continue;
+    }
+    const int dim = dims_[f];
+    auto lens = kjt.FeatureLengths(kjt.KeyIndex(names[f]));
+    std::vector<float>& out = sequence_pooled_[f];
+    out.assign(kjt.batch_size * dim, 0.0f);
+    const float* row = (*features)[f].data();
+    for (int64_t b = 0; b < kjt.batch_size; ++b) {
+      for (int32_t k = 0; k < lens[b]; ++k, row += dim) {
+        for (int c = 0; c < dim; ++c) out[b * dim + c] += row[c];
+      }
+    }
+    (*pooled)[f] = out.data();
+  }
+  return Status::OK();
+}
+
+void TrainingLoop::ExpandSequenceGrads(const KeyedJaggedTensor& kjt, FeatureOutputs* grads) {
+  const auto& names = embeddings_->features();
+  for (size_t f = 0; f < names.size(); ++f) {
+    if (!unpooled_[f]) continue;
+    const int dim = dims_[f];
+    auto lens = kjt.FeatureLengths(kjt.KeyIndex(names[f]));
+    std::vector<float> rows;
+    for (int64_t b = 0; b < kjt.batch_size; ++b) {
+      for (int32_t k = 0; k < lens[b]; ++k) {
+        rows.insert(rows.end(), (*grads)[f].begin() + b * dim, (*grads)[f].begin() + (b + 1) * dim);
+      }
+    }
+    (*grads)[f] = std::move(rows);
+  }
+}
 
 int64_t TrainingLoop::TotalSteps() const {
   if (job_.training.steps > 0) return job_.training.steps;
@@ -51,6 +97,7 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
   const int64_t B = job_.training.batch_size;
   Batch batch;
   FeatureOutputs features, d_features;
+  std::vector<const float*> pooled;
   TrainingResult result;
   double window_loss = 0;
   int64_t window_examples = 0;
@@ -67,15 +114,17 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
     const StepShare share = ShareOfStep(step, options_.rank, options_.world, B, data_->num_examples());
     TESSERA_RETURN_IF_ERROR(data_->Read(share.begin, share.count, &batch));
     const auto t1 = Clock::now();
-    TESSERA_RETURN_IF_ERROR(embeddings_->Lookup(static_cast<uint64_t>(step), batch.sparse, false, &features));
+    TESSERA_RETURN_IF_ERROR(LookupAll(static_cast<uint64_t>(step), batch.sparse, false, &features, &pooled));
     const auto t2 = Clock::now();
-    const double loss_sum =
-        model_->ForwardBackward(batch.dense.data(), Pointers(features), batch.labels.data(), batch.size,
-                                1.0f / static_cast<float>(share.global_count), &d_features);
+    const double loss_sum = model_->ForwardBackward(batch.dense.data(), pooled, batch.labels.data(), batch.size,
+                                                    1.0f / static_cast<float>(share.global_count), &d_features);
+    ExpandSequenceGrads(batch.sparse, &d_features);
     const auto t3 = Clock::now();
     // The embedding gradients travel while the dense ones are allreduced.
     TESSERA_RETURN_IF_ERROR(embeddings_->StartPush(d_features));
+    TESSERA_RETURN_IF_ERROR(local_tables_->Backward(batch.sparse, d_features));
     TESSERA_RETURN_IF_ERROR(collective_->AllReduceSum(model_->grads()));
+    TESSERA_RETURN_IF_ERROR(local_tables_->Step(collective_));
     optimizer_->Step(model_->params(), model_->grads());
     const auto t4 = Clock::now();
     TESSERA_RETURN_IF_ERROR(embeddings_->WaitPush());
@@ -99,7 +148,8 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
                              {"dense_ms", Seconds(t2, t3) * 1e3},
                              {"allreduce_ms", Seconds(t3, t4) * 1e3},
                              {"push_ms", Seconds(t4, t5) * 1e3},
-                             {"lookup_bytes", embeddings_->last_lookup_bytes()}};
+                             {"lookup_bytes_sent", embeddings_->last_lookup_bytes()},
+                             {"lookup_bytes_received", embeddings_->last_reply_bytes()}};
       metrics << line.dump() << '\n';
     }
     const bool last = step + 1 == total;
@@ -136,11 +186,12 @@ StatusOr<nlohmann::json> TrainingLoop::Evaluate(DataSource* data, uint64_t step)
   std::vector<float> logits(n), labels(n);
   Batch batch;
   FeatureOutputs features;
+  std::vector<const float*> pooled;
   for (int64_t begin = 0; begin < n; begin += chunk) {
     const int64_t count = std::min(chunk, n - begin);
     TESSERA_RETURN_IF_ERROR(data->Read(begin, count, &batch));
-    TESSERA_RETURN_IF_ERROR(embeddings_->Lookup(step, batch.sparse, /*inference=*/true, &features));
-    model_->Predict(batch.dense.data(), Pointers(features), count, logits.data() + begin);
+    TESSERA_RETURN_IF_ERROR(LookupAll(step, batch.sparse, /*inference=*/true, &features, &pooled));
+    model_->Predict(batch.dense.data(), pooled, count, logits.data() + begin);
     std::copy(batch.labels.begin(), batch.labels.end(), labels.begin() + begin);
   }
   return nlohmann::json{{"examples", n}, {"log_loss", MeanLogLoss(logits, labels)}, {"auc", RocAuc(logits, labels)}};

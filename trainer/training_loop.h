@@ -19,6 +19,7 @@
 #include "common/job_config.h"
 #include "common/status.h"
 #include "trainer/collective.h"
+#include "trainer/data_parallel_tables.h"
 #include "trainer/data_source.h"
 #include "trainer/dense_optimizer.h"
 #include "trainer/dlrm_model.h"
@@ -49,7 +50,7 @@ struct TrainingResult {
 class TrainingLoop {
  public:
   TrainingLoop(const JobConfig& job, const TrainingLoopOptions& options, DataSource* data, EmbeddingClient* embeddings,
-               Collective* collective, DlrmModel* model, DenseOptimizer* optimizer);
+               DataParallelTables* local_tables, Collective* collective, DlrmModel* model, DenseOptimizer* optimizer);
 
   // Steps in the job: training.steps, or epochs x steps per epoch.
   int64_t TotalSteps() const;
@@ -61,10 +62,23 @@ class TrainingLoop {
   StatusOr<nlohmann::json> Evaluate(DataSource* data, uint64_t step);
 
  private:
+  // Features of all tables, in model order: remote ones from the servers,
+  // data-parallel ones from the local tables. Unpooled (sequence) features
+  // come back one row per id and are summed per bag here before the dense
+  // layers (a sequence model would take the rows as they are).
+  Status LookupAll(uint64_t step, const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* features,
+                   std::vector<const float*>* pooled);
+  // d(pooled) -> d(output rows) for the unpooled features.
+  void ExpandSequenceGrads(const KeyedJaggedTensor& kjt, FeatureOutputs* grads);
+
   JobConfig job_;
   TrainingLoopOptions options_;
   DataSource* data_;
   EmbeddingClient* embeddings_;
+  DataParallelTables* local_tables_;
+  std::vector<int> dims_;
+  std::vector<bool> unpooled_;
+  FeatureOutputs sequence_pooled_;
   Collective* collective_;
   DlrmModel* model_;
   DenseOptimizer* optimizer_;

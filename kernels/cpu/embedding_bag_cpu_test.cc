@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -22,7 +23,7 @@ constexpr int64_t kGuard = 67;  // poisoned floats after every output
 constexpr double kRoundingSlack = 2.0 / (1 << 24);
 
 // Table, ids and bags of one test case. Bags: empty ones (first, last and in
-// between), short random ones, and one of 10,000 ids; few rows, so ids repeat.
+// between), short random ones, and one of 3,000 ids; few rows, so ids repeat.
 struct BagData {
   int64_t num_rows = 0;
   int dim = 0;
@@ -43,7 +44,7 @@ BagData MakeBagData(std::mt19937_64& rng, int64_t num_rows, int dim, int64_t row
   for (int64_t r = 0; r < num_rows; ++r) {
     for (int j = 0; j < dim; ++j) d.rows[r * row_stride + j] = value(rng);
   }
-  std::vector<int64_t> lengths = {0, 1, 10000, 0};
+  std::vector<int64_t> lengths = {0, 1, 3000, 0};
   std::uniform_int_distribution<int64_t> length(0, 30);
   for (int i = 0; i < 40; ++i) lengths.push_back(length(rng));
   std::shuffle(lengths.begin() + 1, lengths.end(), rng);
@@ -66,7 +67,7 @@ double RefScale(Pooling pooling, int64_t len) { return pooling == Pooling::kMean
 
 // Expected value and an error bound per element. The bound is the first-order
 // one for a float sum, one rounding per id: 2^-24 * sum of |partial sums|, with
-// a factor 2 of slack. Loose for the bag of 10,000 ids; the dyadic test below
+// a factor 2 of slack. Loose for the bag of 3,000 ids; the dyadic test below
 // checks that bag exactly.
 struct Expected {
   std::vector<double> value;
@@ -134,14 +135,18 @@ std::vector<Index> Cast(const std::vector<int64_t>& ids) {
   return std::vector<Index>(ids.begin(), ids.end());
 }
 
+// With row_ptrs, the forward reads row k at row_ptrs[k] and is given neither
+// d.rows nor a stride.
 template <typename Index>
-std::vector<float> RunForward(const BagData& d, const std::vector<Index>& ids, bool weighted, Pooling pooling) {
+std::vector<float> RunForward(const BagData& d, const std::vector<Index>& ids, bool weighted, Pooling pooling,
+                              const float* const* row_ptrs = nullptr) {
   const int64_t num_out = pooling == Pooling::kNone ? static_cast<int64_t>(ids.size()) : NumBags(d);
   std::vector<float> out(num_out * d.dim + kGuard, kNaN);
   EmbeddingBagForwardArgs<Index> a;
-  a.rows = d.rows.data();
+  a.rows = row_ptrs == nullptr ? d.rows.data() : nullptr;
+  a.row_ptrs = row_ptrs;
   a.num_rows = d.num_rows;
-  a.row_stride = d.row_stride;
+  a.row_stride = row_ptrs == nullptr ? d.row_stride : 0;
   a.dim = d.dim;
   a.indices = ids.data();
   a.offsets = d.offsets.data();
@@ -217,7 +222,7 @@ TYPED_TEST(EmbeddingBagTest, BackwardMatchesReference) {
 }
 
 // Values that are multiples of 2^-9 in [-1, 1] and weights in {-2, ..., 2}:
-// every partial sum of the 10,000-id bag fits in a float's 24 bits, so sum
+// every partial sum of the 3,000-id bag fits in a float's 24 bits, so sum
 // pooling is exact whatever the order, and one id too many or too few shows.
 TYPED_TEST(EmbeddingBagTest, ExactOnDyadicValues) {
   std::mt19937_64 rng(5);
@@ -280,6 +285,80 @@ TYPED_TEST(EmbeddingBagTest, SpecializedDimsMatchGenericPathBitwise) {
           ASSERT_EQ(0, std::memcmp(&bwd_wide[r * (dim + 1)], &bwd_narrow[r * dim], dim * sizeof(float))) << r;
         }
       }
+    }
+  }
+}
+
+// Rows given by pointers pool to the same bits as the same rows in an array:
+// pointers into the array itself; to copies of the rows scattered over a
+// buffer in shuffled order, at odd float offsets (not 32-byte aligned) with NaN
+// between them, so a read past a row's `dim` floats shows; and to copies in
+// allocations of exactly `dim` floats each (an overread fails under ASan).
+TYPED_TEST(EmbeddingBagTest, RowPointersMatchArrayPathBitwise) {
+  std::mt19937_64 rng(8);
+  for (int dim : kDims) {
+    const BagData d = MakeBagData(rng, 97, dim, dim + 3);  // the array path reads padded rows
+    const auto ids = Cast<TypeParam>(d.ids);
+    std::vector<const float*> in_place(d.num_rows);
+    for (int64_t r = 0; r < d.num_rows; ++r) in_place[r] = d.rows.data() + r * d.row_stride;
+
+    std::vector<int64_t> slot(d.num_rows);
+    std::iota(slot.begin(), slot.end(), 0);
+    std::shuffle(slot.begin(), slot.end(), rng);
+    const int64_t spacing = dim + 5;  // 5 NaNs after every row, and an odd start
+    std::vector<float> scattered(d.num_rows * spacing + 1, kNaN);
+    std::vector<const float*> elsewhere(d.num_rows);
+    for (int64_t r = 0; r < d.num_rows; ++r) {
+      float* copy = scattered.data() + 1 + slot[r] * spacing;
+      std::memcpy(copy, d.rows.data() + r * d.row_stride, dim * sizeof(float));
+      elsewhere[r] = copy;
+    }
+
+    std::vector<std::vector<float>> own(d.num_rows);
+    std::vector<const float*> separate(d.num_rows);
+    for (int64_t r = 0; r < d.num_rows; ++r) {
+      own[r].assign(d.rows.begin() + r * d.row_stride, d.rows.begin() + r * d.row_stride + dim);
+      separate[r] = own[r].data();
+    }
+
+    for (bool weighted : {false, true}) {
+      for (Pooling pooling : kPoolings) {
+        SCOPED_TRACE(::testing::Message()
+                     << "dim " << dim << " weighted " << weighted << " pooling " << static_cast<int>(pooling));
+        const auto want = RunForward(d, ids, weighted, pooling);
+        for (const auto* ptrs : {&in_place, &elsewhere, &separate}) {
+          const auto got = RunForward(d, ids, weighted, pooling, ptrs->data());
+          ASSERT_EQ(got.size(), want.size());
+          ASSERT_EQ(0, std::memcmp(got.data(), want.data(), (got.size() - kGuard) * sizeof(float)));
+          for (int64_t k = 0; k < kGuard; ++k) ASSERT_TRUE(std::isnan(got[got.size() - kGuard + k]));
+        }
+      }
+    }
+  }
+}
+
+// The backward's usual input, an inverse index after deduplication: rows are
+// first reached in increasing order (each row's first id writes it without
+// reading it), and the last rows are never reached (still zeroed).
+TYPED_TEST(EmbeddingBagTest, BackwardOnFirstSeenOrderMatchesReference) {
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (int dim : {4, 64, 129}) {
+    BagData d = MakeBagData(rng, 97, dim, dim);
+    std::vector<int64_t> position(d.num_rows, -1);
+    int64_t next = 0;
+    for (int64_t& id : d.ids) {
+      if (position[id] < 0) position[id] = next++;
+      id = position[id];
+    }
+    d.num_rows = next + 3;
+    const auto ids = Cast<TypeParam>(d.ids);
+    for (bool weighted : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "dim " << dim << " weighted " << weighted);
+      std::vector<float> grad_out(NumBags(d) * dim);
+      for (float& g : grad_out) g = value(rng);
+      ExpectMatches(RunBackward(d, ids, grad_out, weighted, Pooling::kMean),
+                    ReferenceBackward(d, grad_out, weighted, Pooling::kMean));
     }
   }
 }

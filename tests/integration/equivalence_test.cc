@@ -22,14 +22,17 @@ using std::chrono::milliseconds;
 constexpr int kSteps = 12;
 constexpr int kBatch = 8;  // per trainer
 
-// Three tables of different sizes and dims (5 divides by neither 2 nor 3; 97
-// rows neither), SUM and MEAN pooling, weighted ids, three optimizers.
+// Four tables of different sizes and dims (5 divides by neither 2 nor 3; 97
+// rows neither), SUM, MEAN and unpooled (NONE) lookups, one table serving two
+// features, weighted ids, three optimizers.
 json JobConfigJson(const std::string& sharding, int num_ps, int trainers, int batch) {
-  auto table = [&](const std::string& name, int rows, int dim, const std::string& pooling, json optimizer) {
+  auto table = [&](const std::string& name, int rows, int dim, const std::string& pooling, json optimizer,
+                   std::vector<std::string> features = {}) {
+    if (features.empty()) features = {name + "_f"};
     json t = {{"name", name},        {"num_embeddings", rows}, {"embedding_dim", dim},
-              {"feature_names", {name + "_f"}}, {"pooling", pooling}, {"optimizer", optimizer},
+              {"feature_names", features}, {"pooling", pooling}, {"optimizer", optimizer},
               {"initializer", {{"type", "uniform"}, {"low", -0.1}, {"high", 0.1}}}};
-    if (!sharding.empty()) t["sharding_type"] = sharding;
+    if (!sharding.empty() && sharding != "auto") t["sharding_type"] = sharding;
     return t;
   };
   const bool columns = sharding == "column_wise";
@@ -38,7 +41,9 @@ json JobConfigJson(const std::string& sharding, int num_ps, int trainers, int ba
       {"cluster", {{"num_ps", num_ps}, {"num_trainers", trainers}}},
       {"tables",
        {table("big", 97, 5, "SUM", {{"type", "sgd"}, {"lr", 0.3}}),
-        table("mid", 60, 8, "MEAN", {{"type", "adagrad"}, {"lr", 0.2}, {"initial_accumulator", 0.1}}),
+        table("mid", 60, 8, "MEAN", {{"type", "adagrad"}, {"lr", 0.2}, {"initial_accumulator", 0.1}},
+              {"mid_f", "mid_g"}),
+        table("seq", 41, 4, "NONE", {{"type", "sgd"}, {"lr", 0.25}}),
         // Row-wise Adagrad keeps one accumulator per row, which a column
         // shard cannot (TorchRec has the same limit): plain SGD there.
         table("small", 33, 3, "SUM",
@@ -66,7 +71,7 @@ class EquivalenceTest : public ::testing::TestWithParam<std::pair<std::string, i
 TEST_P(EquivalenceTest, TwoTrainersEqualOneProcessWithTheConcatenatedBatch) {
   const auto [sharding, num_ps] = GetParam();
   const json config = JobConfigJson(sharding, num_ps, 2, kBatch);
-  testing::LocalCluster cluster("equivalence_" + (sharding.empty() ? std::string("default") : sharding));
+  testing::LocalCluster cluster("equivalence_" + sharding);
   const std::string dump = cluster.dir() + "/dump";
   ASSERT_TRUE(cluster.StartJob(config, num_ps, 2, {"--dump_dir", dump}).ok());
   const int code = cluster.Wait("master", milliseconds(90000));
@@ -88,13 +93,29 @@ TEST_P(EquivalenceTest, TwoTrainersEqualOneProcessWithTheConcatenatedBatch) {
     const json meta = json::parse(FindParam(*arrays, "meta")->bytes);
     const std::string table = meta["table"];
     const int col_offset = meta["col_offset"], num_cols = meta["num_cols"], width = meta["row_width"];
-    int t = job->TableOfFeature(table + "_f");
+    int t = 0;
+    while (job->tables[t].name != table) ++t;
     const ParamArray* ids = FindParam(*arrays, "ids");
     const ParamArray* rows = FindParam(*arrays, "rows");
     for (size_t i = 0; i < ids->i64.size(); ++i) {
       auto& row = d.rows[table][ids->i64[i]];
       row.resize(job->tables[t].embedding_dim, NAN);
       for (int c = 0; c < num_cols; ++c) row[col_offset + c] = rows->f32[i * width + c];
+    }
+  }
+
+  // Data-parallel tables live on the trainers: trainer 0 dumps them whole.
+  if (std::filesystem::exists(dump + "/dp.params")) {
+    auto dp = ReadParamFile(dump + "/dp.params");
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (const ParamArray& a : *dp) {
+      const std::string table = a.name.substr(3, a.name.size() - 3 - 5);  // "dp.<table>.rows"
+      int t = 0;
+      while (job->tables[t].name != table) ++t;
+      const int dim = job->tables[t].embedding_dim;
+      for (int64_t row = 0; row < a.rows; ++row) {
+        d.rows[table][row].assign(a.f32.begin() + row * a.cols, a.f32.begin() + row * a.cols + dim);
+      }
     }
   }
 
@@ -121,7 +142,7 @@ TEST_P(EquivalenceTest, TwoTrainersEqualOneProcessWithTheConcatenatedBatch) {
 
   auto dense = ReadParamFile(dump + "/dense.params");
   ASSERT_TRUE(dense.ok()) << dense.status();
-  std::vector<int> dims = {5, 8, 3};
+  std::vector<int> dims = {5, 8, 8, 4, 3};
   DlrmModel layout(job->model, dims, job->training.seed);
   int64_t dense_compared = 0;
   for (const auto& info : layout.ParamInfos()) {
@@ -141,19 +162,23 @@ TEST_P(EquivalenceTest, TwoTrainersEqualOneProcessWithTheConcatenatedBatch) {
     moved = std::max(moved, static_cast<double>(std::fabs(reference->dense[k] - layout.params()[k])));
   }
   EXPECT_GT(moved, 1e-3);
-  std::cout << "sharding " << (sharding.empty() ? "table_wise" : sharding) << " on " << num_ps
+  std::cout << "sharding " << sharding << " on " << num_ps
             << " servers: max |distributed - reference| = " << max_diff << " over " << rows_compared << " rows ("
             << rows_trained << " trained) and " << dense_compared << " dense weights\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Sharding, EquivalenceTest,
-                         ::testing::Values(std::make_pair(std::string(""), 2),
-                                           std::make_pair(std::string("row_wise"), 3),
-                                           std::make_pair(std::string("column_wise"), 2)),
-                         [](const auto& info) {
-                           return (info.param.first.empty() ? std::string("table_wise") : info.param.first) + "_" +
-                                  std::to_string(info.param.second) + "ps";
-                         });
+std::vector<std::pair<std::string, int>> AllCases() {
+  std::vector<std::pair<std::string, int>> out;
+  for (const char* type : {"table_wise", "row_wise", "column_wise", "table_row_wise", "data_parallel"}) {
+    for (int ps = 1; ps <= 3; ++ps) out.emplace_back(type, ps);
+  }
+  out.emplace_back("auto", 3);  // whatever the planner picks
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sharding, EquivalenceTest, ::testing::ValuesIn(AllCases()), [](const auto& info) {
+  return info.param.first + "_" + std::to_string(info.param.second) + "ps";
+});
 
 }  // namespace
 }  // namespace tessera

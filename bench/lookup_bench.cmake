@@ -1,0 +1,2 @@
+add_executable(tessera_lookup_bench lookup_bench.cc)
+target_link_libraries(tessera_lookup_bench PRIVATE tessera_ps_lib tessera_master_lib tessera_trainer_lib tessera_options)
