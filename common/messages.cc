@@ -122,7 +122,13 @@ Message EncodeJsonReply(const Header& request, const nlohmann::json& body) {
 StatusOr<nlohmann::json> DecodeJson(const Message& m) {
   TESSERA_RETURN_IF_ERROR(StatusFromReply(m));
   TESSERA_RETURN_IF_ERROR(ExpectFrames(m, 1));
-  const auto& f = m.frames[0];
+  return DecodeJsonFrame(m, 0);
+}
+
+StatusOr<nlohmann::json> DecodeJsonFrame(const Message& m, size_t index) {
+  TESSERA_RETURN_IF_ERROR(StatusFromReply(m));
+  if (index >= m.frames.size()) return Status::InvalidArgument(std::string(OpcodeName(m.header.op)) + ": missing JSON frame");
+  const auto& f = m.frames[index];
   const char* begin = static_cast<const char*>(f.data());
   nlohmann::json j = nlohmann::json::parse(begin, begin + f.size(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::InvalidArgument(std::string(OpcodeName(m.header.op)) + ": frame is not valid JSON");

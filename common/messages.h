@@ -118,5 +118,8 @@ Message EncodeJson(Opcode op, const nlohmann::json& body);
 Message EncodeJsonReply(const Header& request, const nlohmann::json& body);
 // Checks: one frame that parses as JSON.
 StatusOr<nlohmann::json> DecodeJson(const Message& m);
+// Frame `index` of a message whose first frames are JSON and whose others
+// are raw bytes (a checkpoint's trainer state travels that way).
+StatusOr<nlohmann::json> DecodeJsonFrame(const Message& m, size_t index);
 
 }  // namespace tessera

@@ -40,11 +40,13 @@ const char* OpcodeName(Opcode op) {
     case Opcode::kStoreSet: return "STORE_SET";
     case Opcode::kStoreGet: return "STORE_GET";
     case Opcode::kCommand: return "COMMAND";
+    case Opcode::kCheckpointBarrier: return "CHECKPOINT_BARRIER";
     case Opcode::kCreateShards: return "CREATE_SHARDS";
     case Opcode::kShutdown: return "SHUTDOWN";
     case Opcode::kDumpShards: return "DUMP_SHARDS";
     case Opcode::kAbort: return "ABORT";
     case Opcode::kServerStats: return "SERVER_STATS";
+    case Opcode::kSnapshot: return "SNAPSHOT";
     case Opcode::kLookup: return "LOOKUP";
     case Opcode::kPushGradients: return "PUSH_GRADIENTS";
   }

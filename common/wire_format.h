@@ -48,12 +48,14 @@ enum class Opcode : uint16_t {
   kStoreSet = 5,
   kStoreGet = 6,
   kCommand = 7,
+  kCheckpointBarrier = 8,
   // Control plane, parameter-server side.
   kCreateShards = 20,
   kShutdown = 21,
   kDumpShards = 22,
   kAbort = 23,
   kServerStats = 24,
+  kSnapshot = 25,
   // Data plane.
   kLookup = 40,
   kPushGradients = 41,

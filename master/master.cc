@@ -9,6 +9,7 @@
 #include "common/endpoint.h"
 #include "common/messages.h"
 #include "master/planner.h"
+#include "master/storage_summary.h"
 
 namespace tessera {
 
@@ -20,6 +21,7 @@ StatusOr<std::unique_ptr<Master>> Master::Start(const MasterOptions& options, co
   m->options_ = options;
   m->job_ = job;
   m->trainers_.resize(job.cluster.num_trainers);
+  m->barrier_.resize(job.cluster.num_trainers);
   Master* self = m.get();
   // Handlers only update membership and answer: the I/O thread runs them.
   TESSERA_ASSIGN_OR_RETURN(m->server_, RpcServer::Start(RpcServerOptions{options.bind_address, 0},
@@ -28,6 +30,13 @@ StatusOr<std::unique_ptr<Master>> Master::Start(const MasterOptions& options, co
                                                         }));
   m->endpoint_ = ReplaceEndpointHost(m->server_->endpoint(), options.advertise_host);
   TESSERA_ASSIGN_OR_RETURN(m->client_, RpcClient::Create());
+  return m;
+}
+
+Message Master::StartReply(const Header& request) const {
+  Message m = EncodeJsonReply(request, start_info_);
+  // A resumed job's trainers get trainer 0's saved state.
+  if (options_.resume) m.AddString(resume_state_);
   return m;
 }
 
@@ -95,6 +104,7 @@ Status Master::StartJob() {
       planner.servers.push_back(ServerInfo{p.host, p.memory_bytes});
     }
   }
+  if (options_.resume) TESSERA_RETURN_IF_ERROR(LoadResumePoint());
   TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, PlanSharding(job_, planner));
   std::cout << FormatPlan(job_, plan) << std::flush;
   for (const std::string& e : endpoints) {
@@ -105,14 +115,21 @@ Status Master::StartJob() {
   const json plan_json = plan.ToJson();
   for (int ps = 0; ps < job_.cluster.num_ps; ++ps) {
     Status st;
-    CallServer(ps, Opcode::kCreateShards, json{{"job", job_json}, {"plan", plan_json}}, milliseconds(60000), &st);
+    json body = {{"job", job_json}, {"plan", plan_json}};
+    if (options_.resume) body["restore"] = resume_restore_;
+    // Restoring reads the checkpoint's rows: allow it time.
+    CallServer(ps, Opcode::kCreateShards, body, milliseconds(options_.resume ? 3600000 : 60000), &st);
     if (!st.ok()) return st.WithContext("creating shards on parameter server " + std::to_string(ps));
   }
   std::vector<Responder> waiters;
   {
     std::lock_guard<std::mutex> lock(mu_);
     plan_ = plan;
-    start_info_ = {{"job", job_json}, {"plan", plan_json}, {"ps_endpoints", endpoints}, {"dump_dir", options_.dump_dir}};
+    start_info_ = {{"job", job_json},
+                   {"plan", plan_json},
+                   {"ps_endpoints", endpoints},
+                   {"dump_dir", options_.dump_dir},
+                   {"start_step", resume_step_}};
     state_ = State::kRunning;
     waiters.swap(start_waiters_);
     // The clock of liveness restarts: the start may have taken a while.
@@ -120,7 +137,7 @@ Status Master::StartJob() {
     for (auto& p : ps_) p.last_seen = now;
     for (auto& t : trainers_) t->last_seen = now;
   }
-  for (Responder& r : waiters) r.Reply(EncodeJsonReply(r.request_header(), start_info_));
+  for (Responder& r : waiters) r.Reply(StartReply(r.request_header()));
   started_at_ = Clock::now();
   LOG(INFO) << "job '" << job_.name << "' started: " << job_.cluster.num_trainers << " trainer(s), "
             << job_.cluster.num_ps << " parameter server(s), " << ConsistencyName(job_.training.consistency)
@@ -133,22 +150,26 @@ Status Master::FindDeadMember(Clock::time_point now) const {
   auto silent = [&](Clock::time_point last) {
     return std::to_string(std::chrono::duration_cast<milliseconds>(now - last).count() / 1000.0).substr(0, 5);
   };
+  // When several are silent, the one silent longest went first; the others
+  // are often stuck waiting for it (an allreduce, a sync lookup).
+  Clock::time_point oldest = now - timeout;
+  std::string who;
   for (size_t i = 0; i < ps_.size(); ++i) {
-    if (now - ps_[i].last_seen > timeout) {
-      return Status::Unavailable("parameter server " + std::to_string(i) + " (" + ps_[i].endpoint + ", pid " +
-                                 std::to_string(ps_[i].pid) + ") sent no heartbeat for " + silent(ps_[i].last_seen) +
-                                 " s: it died or hangs");
+    if (ps_[i].last_seen < oldest) {
+      oldest = ps_[i].last_seen;
+      who = "parameter server " + std::to_string(i) + " (" + ps_[i].endpoint + ", pid " + std::to_string(ps_[i].pid) +
+            ")";
     }
   }
   for (size_t i = 0; i < trainers_.size(); ++i) {
     const auto& t = trainers_[i];
-    if (t && !t->done && now - t->last_seen > timeout) {
-      return Status::Unavailable("trainer " + std::to_string(i) + " (host " + t->host + ", pid " +
-                                 std::to_string(t->pid) + ") sent no heartbeat for " + silent(t->last_seen) +
-                                 " s: it died or hangs");
+    if (t && !t->done && t->last_seen < oldest) {
+      oldest = t->last_seen;
+      who = "trainer " + std::to_string(i) + " (host " + t->host + ", pid " + std::to_string(t->pid) + ")";
     }
   }
-  return Status::OK();
+  if (who.empty()) return Status::OK();
+  return Status::Unavailable(who + " sent no heartbeat for " + silent(oldest) + " s: it died or hangs");
 }
 
 void Master::PrintProgress() {
@@ -180,6 +201,7 @@ Status Master::MonitorUntilDone() {
       bool all_done = true;
       for (const auto& t : trainers_) all_done = all_done && t->done;
       if (all_done) return Status::OK();
+      TESSERA_RETURN_IF_ERROR(ServeBarrier(&lock));
     }
     cv_.wait_for(lock, milliseconds(100));
   }
@@ -208,6 +230,10 @@ void Master::AbortJob(const Status& reason) {
     state_ = State::kAborted;
     abort_reason_ = reason;
     waiters.swap(start_waiters_);
+    for (auto& a : barrier_) {
+      if (a) waiters.push_back(std::move(a->responder));
+      a.reset();
+    }
   }
   for (Responder& r : waiters) r.ReplyError(reason);
   store_.FailWaiters(reason);
@@ -250,6 +276,11 @@ StatusOr<JobSummary> Master::FinishJob() {
   JobSummary summary;
   summary.json = {{"job", job_.name},       {"ok", true},          {"wall_s", wall_s},
                   {"examples_per_s", examples_per_s}, {"trainers", trainers}, {"parameter_servers", servers}};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    summary.json["checkpoints"] = checkpoints_;
+  }
+  summary.json["storage"] = SummarizeStorage(servers);
   if (!eval.is_null()) summary.json["eval"] = eval;
   return summary;
 }

@@ -44,6 +44,12 @@ struct MasterOptions {
   // When set, servers write their shards and trainer 0 its dense model here
   // at the end of the job (for tests and offline checks).
   std::string dump_dir;
+  // Start from the newest complete checkpoint under checkpoint.dir, re-planned
+  // for the servers of this run (their number may differ).
+  bool resume = false;
+  // Fault injection for tests: the process dies in the middle of its Nth
+  // checkpoint (servers snapshotted, manifest not yet written). 0 = never.
+  int crash_in_checkpoint = 0;
 };
 
 // What the master learned by the end of a job.
@@ -65,6 +71,11 @@ class Master {
 
   // Ends the job with `reason` (a signal, an operator). Thread-safe.
   void RequestAbort(const std::string& reason);
+
+  // Asks for a checkpoint at the next step boundary every trainer can reach
+  // (SIGUSR1, the COMMAND op). Thread-safe. Fails when the job has no
+  // checkpoint.dir.
+  Status RequestCheckpoint(const std::string& why);
 
  private:
   enum class State { kWaiting, kStarting, kRunning, kDone, kAborted };
@@ -97,7 +108,20 @@ class Master {
   void HandleHeartbeat(const nlohmann::json& body, Responder r);
   void HandleWaitStart(const nlohmann::json& body, Responder r);
   void HandleReportDone(const nlohmann::json& body, Responder r);
+  void HandleCheckpointBarrier(Message&& m, Responder r);
 
+  // Checkpoints (master/master_checkpoint.cc).
+  // When every running trainer waits at the barrier: checkpoint if they all
+  // wait at one step, else send the behind ones on to the furthest step.
+  // REQUIRES: lock held (released while the checkpoint is written).
+  Status ServeBarrier(std::unique_lock<std::mutex>* lock);
+  Status TakeCheckpoint(int64_t step, const std::string& trainer_state);
+  // Loads the newest complete checkpoint for --resume: checks the tables
+  // match and fills resume_*.
+  Status LoadResumePoint();
+
+  // The answer to WAIT_START: JSON, plus the trainer state when resuming.
+  Message StartReply(const Header& request) const;  // REQUIRES: mu_ held or start_info_ final
   Status WaitForMembers();
   Status StartJob();
   Status MonitorUntilDone();
@@ -132,6 +156,22 @@ class Master {
   std::string requested_abort_;                          // GUARDED_BY(mu_)
   std::string reported_failure_;                         // GUARDED_BY(mu_)
   Clock::time_point reported_failure_at_;                // GUARDED_BY(mu_)
+
+  struct Arrival {
+    int64_t step = 0;
+    Responder responder;
+  };
+  std::vector<std::optional<Arrival>> barrier_;         // GUARDED_BY(mu_): per trainer
+  std::string barrier_state_;                            // GUARDED_BY(mu_): trainer 0's
+  // Requests are numbered; the barrier serves every request up to its own.
+  int64_t checkpoint_requested_id_ = 0;                  // GUARDED_BY(mu_)
+  int64_t checkpoint_served_id_ = 0;                     // GUARDED_BY(mu_)
+  nlohmann::json checkpoints_ = nlohmann::json::array(); // GUARDED_BY(mu_): taken this run
+  int checkpoints_attempted_ = 0;  // by TakeCheckpoint only
+  // Set by LoadResumePoint.
+  int64_t resume_step_ = 0;
+  nlohmann::json resume_restore_;  // the old shards, for CREATE_SHARDS
+  std::string resume_state_;       // trainer state bytes
 };
 
 }  // namespace tessera

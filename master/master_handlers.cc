@@ -26,6 +26,10 @@ void Master::Handle(Message&& m, Responder r) {
     }
     return;
   }
+  if (op == Opcode::kCheckpointBarrier) {
+    HandleCheckpointBarrier(std::move(m), std::move(r));
+    return;
+  }
   auto body = DecodeJson(m);
   if (!body.ok()) {
     r.ReplyError(body.status());
@@ -33,6 +37,20 @@ void Master::Handle(Message&& m, Responder r) {
   }
   try {
     switch (op) {
+      case Opcode::kCommand: {
+        const std::string command = body->value("command", "");
+        if (command != "checkpoint") {
+          r.ReplyError(Status::InvalidArgument("unknown command '" + command + "' (known: checkpoint)"));
+          return;
+        }
+        Status st = RequestCheckpoint("requested by a COMMAND");
+        if (st.ok()) {
+          r.ReplyOk();
+        } else {
+          r.ReplyError(st);
+        }
+        return;
+      }
       case Opcode::kRegister: HandleRegister(*body, std::move(r)); return;
       case Opcode::kHeartbeat: HandleHeartbeat(*body, std::move(r)); return;
       case Opcode::kWaitStart: HandleWaitStart(*body, std::move(r)); return;
@@ -127,6 +145,7 @@ void Master::HandleHeartbeat(const json& body, Responder r) {
                                                   : "waiting";
   json reply = {{"state", state}};
   if (state_ == State::kAborted) reply["reason"] = abort_reason_.message();
+  if (checkpoint_requested_id_ > checkpoint_served_id_) reply["checkpoint"] = checkpoint_requested_id_;
   r.Reply(EncodeJsonReply(r.request_header(), reply));
 }
 
@@ -140,7 +159,7 @@ void Master::HandleWaitStart(const json& body, Responder r) {
   if (state_ == State::kAborted) {
     r.ReplyError(abort_reason_);
   } else if (state_ == State::kRunning) {
-    r.Reply(EncodeJsonReply(r.request_header(), start_info_));
+    r.Reply(StartReply(r.request_header()));
   } else {
     start_waiters_.push_back(std::move(r));
   }
@@ -168,6 +187,31 @@ void Master::HandleReportDone(const json& body, Responder r) {
       reported_failure_ = "trainer " + std::to_string(rank) + " failed: " + body.value("error", std::string("unknown error"));
       reported_failure_at_ = Clock::now();
     }
+  }
+  cv_.notify_all();
+}
+
+}  // namespace tessera
+
+namespace tessera {
+
+void Master::HandleCheckpointBarrier(Message&& m, Responder r) {
+  auto body = DecodeJsonFrame(m, 0);
+  if (!body.ok() || m.frames.size() > 2 || !body->contains("rank") || !body->contains("step")) {
+    r.ReplyError(Status::InvalidArgument("checkpoint barrier: expected JSON {rank, step} [TrainerState]"));
+    return;
+  }
+  const int rank = body->value("rank", -1);
+  const int64_t step = body->value("step", int64_t{-1});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (rank < 0 || rank >= static_cast<int>(trainers_.size()) || !trainers_[rank] || step < 0) {
+      r.ReplyError(Status::InvalidArgument("checkpoint barrier from an unknown trainer or step"));
+      return;
+    }
+    if (m.frames.size() == 2) barrier_state_ = m.frames[1].to_string();
+    trainers_[rank]->last_seen = Clock::now();
+    barrier_[rank] = Arrival{step, std::move(r)};
   }
   cv_.notify_all();
 }

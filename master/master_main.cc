@@ -11,8 +11,11 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "common/messages.h"
+#include "common/rpc_client.h"
 #include "master/master.h"
 #include "master/planner.h"
+#include "master/storage_summary.h"
 
 DEFINE_string(config, "", "Job config (JSON), see docs/configuration.md");
 DEFINE_string(bind, "tcp://127.0.0.1:5555", "Where to listen (port 0: any free port)");
@@ -24,12 +27,17 @@ DEFINE_int64(register_timeout_ms, 600000, "How long to wait for all members to r
 DEFINE_string(dump_dir, "", "At the end, servers dump shards and trainer 0 its dense model here");
 DEFINE_string(summary_file, "", "Write the job summary (JSON) here");
 DEFINE_bool(print_plan, false, "Print the sharding plan for --num_ps servers and exit");
+DEFINE_bool(resume, false, "Start from the newest complete checkpoint under the config's checkpoint.dir");
+DEFINE_string(control, "", "Send a command to a running master (--master) and exit: checkpoint");
+DEFINE_string(master, "", "With --control: the running master's address");
+DEFINE_int32(test_crash_in_checkpoint, 0, "Fault injection for tests: die in the middle of the Nth checkpoint");
 DEFINE_int64(ps_memory_bytes, 0, "With --print_plan: each server's budget for embedding rows (0: no limit)");
 DEFINE_string(ps_hosts, "", "With --print_plan: comma-separated host of each server (default: one host each)");
 
 namespace {
 
-// Turns SIGINT/SIGTERM into an orderly abort: servers are told, exit code 1.
+// Turns SIGINT/SIGTERM into an orderly abort (servers are told, exit code 1)
+// and SIGUSR1 into a checkpoint request.
 class SignalWatcher {
  public:
   explicit SignalWatcher(tessera::Master* master) {
@@ -37,11 +45,17 @@ class SignalWatcher {
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
     thread_ = std::thread([this, master, set] {
       timespec tick{0, 100 * 1000 * 1000};
       while (!stop_) {
         const int sig = sigtimedwait(&set, nullptr, &tick);
-        if (sig > 0) master->RequestAbort(std::string("master received ") + strsignal(sig));
+        if (sig == SIGUSR1) {
+          tessera::Status st = master->RequestCheckpoint("SIGUSR1");
+          if (!st.ok()) LOG(ERROR) << "no checkpoint: " << st;
+        } else if (sig > 0) {
+          master->RequestAbort(std::string("master received ") + strsignal(sig));
+        }
       }
     });
   }
@@ -63,6 +77,23 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
 
+  if (!FLAGS_control.empty()) {
+    // A one-shot client of a running master.
+    auto client = tessera::RpcClient::Create();
+    auto peer = client.ok() ? (*client)->Connect(FLAGS_master) : tessera::StatusOr<int>(client.status());
+    if (!peer.ok()) {
+      LOG(ERROR) << "cannot reach the master: " << peer.status();
+      return 1;
+    }
+    auto reply = (*client)->CallSync(*peer, tessera::EncodeJson(tessera::Opcode::kCommand, {{"command", FLAGS_control}}),
+                                     std::chrono::milliseconds(10000));
+    if (!reply.ok()) {
+      LOG(ERROR) << FLAGS_control << ": " << reply.status();
+      return 1;
+    }
+    std::cout << FLAGS_control << ": accepted" << std::endl;
+    return 0;
+  }
   if (FLAGS_config.empty()) {
     LOG(ERROR) << "--config is required";
     return 1;
@@ -104,6 +135,7 @@ int main(int argc, char** argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   tessera::MasterOptions options;
@@ -111,6 +143,8 @@ int main(int argc, char** argv) {
   options.advertise_host = FLAGS_advertise_host;
   options.register_timeout_ms = FLAGS_register_timeout_ms;
   options.dump_dir = FLAGS_dump_dir;
+  options.resume = FLAGS_resume;
+  options.crash_in_checkpoint = FLAGS_test_crash_in_checkpoint;
   auto master = tessera::Master::Start(options, *job);
   if (!master.ok()) {
     LOG(ERROR) << "master failed to start: " << master.status();
@@ -139,6 +173,7 @@ int main(int argc, char** argv) {
               << t.value("final_loss", 0.0) << ", " << static_cast<int64_t>(t.value("examples_per_s", 0.0))
               << " examples/s\n";
   }
+  if (s.contains("storage")) std::cout << tessera::FormatStorageSummary(s["storage"]);
   if (s.contains("eval")) std::cout << "[master]   eval: " << s["eval"].dump() << "\n";
   std::cout << std::flush;
   if (!FLAGS_summary_file.empty()) std::ofstream(FLAGS_summary_file) << s.dump(2) << "\n";

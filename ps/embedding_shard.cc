@@ -7,7 +7,9 @@
 
 namespace tessera {
 
-StatusOr<std::unique_ptr<EmbeddingShard>> EmbeddingShard::Create(const ShardSpec& spec, const TableConfig& table) {
+StatusOr<std::unique_ptr<EmbeddingShard>> EmbeddingShard::Create(const ShardSpec& spec, const TableConfig& table,
+                                                                  const RowStoreFactory& factory,
+                                                                  double memory_share) {
   if (spec.num_cols < 1 || spec.col_offset < 0 || spec.col_offset + spec.num_cols > table.embedding_dim) {
     return Status::InvalidArgument("shard " + std::to_string(spec.shard_id) + " of table " + table.name +
                                    ": columns out of the table's dimension");
@@ -25,7 +27,12 @@ StatusOr<std::unique_ptr<EmbeddingShard>> EmbeddingShard::Create(const ShardSpec
   options.row_width = spec.num_cols + kernels::SparseOptimizerStateFloats(s->optimizer_.kind, spec.num_cols);
   EmbeddingShard* self = s.get();
   options.init = [self](int64_t id, float* row) { self->InitRow(id, row); };
-  s->store_ = NewMemoryRowStore(options);
+  options.memory_share = memory_share;
+  if (factory) {
+    TESSERA_ASSIGN_OR_RETURN(s->store_, factory(spec, options));
+  } else {
+    s->store_ = NewMemoryRowStore(options);
+  }
   return s;
 }
 

@@ -34,7 +34,10 @@ struct ForwardContextEntry {
 class EmbeddingShard {
  public:
   // REQUIRES: spec.table indexes the job's tables and `table` is that table.
-  static StatusOr<std::unique_ptr<EmbeddingShard>> Create(const ShardSpec& spec, const TableConfig& table);
+  // A null factory keeps the rows in memory (MemoryRowStore).
+  static StatusOr<std::unique_ptr<EmbeddingShard>> Create(const ShardSpec& spec, const TableConfig& table,
+                                                          const RowStoreFactory& factory = nullptr,
+                                                          double memory_share = 1.0);
 
   const ShardSpec& spec() const { return spec_; }
   const TableConfig& table() const { return table_; }

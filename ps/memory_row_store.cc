@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -36,6 +37,7 @@ class MemoryRowStore final : public RowStore {
         if (!missing) rows[i] = Row(slot);
       }
       if (!missing) {
+        hits_.fetch_add(static_cast<int64_t>(ids.size()), std::memory_order_relaxed);
         fn(rows.data(), static_cast<int64_t>(ids.size()));
         return Status::OK();
       }
@@ -43,7 +45,10 @@ class MemoryRowStore final : public RowStore {
     // Rows read for the first time are initialized once and kept: training
     // updates what it reads, so computing them again at the update is waste.
     std::unique_lock<std::shared_mutex> lock(mu_);
+    const int64_t before = count_;
     for (size_t i = 0; i < ids.size(); ++i) rows[i] = Row(FindOrInsert(ids[i], /*init=*/true));
+    misses_.fetch_add(count_ - before, std::memory_order_relaxed);
+    hits_.fetch_add(static_cast<int64_t>(ids.size()) - (count_ - before), std::memory_order_relaxed);
     fn(rows.data(), static_cast<int64_t>(ids.size()));
     return Status::OK();
   }
@@ -73,6 +78,19 @@ class MemoryRowStore final : public RowStore {
   int64_t size() const override {
     std::shared_lock<std::shared_mutex> lock(mu_);
     return count_;
+  }
+
+  RowStoreStats Stats() const override {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    TierStats t;
+    t.name = "memory";
+    t.hits = hits_.load(std::memory_order_relaxed);
+    t.misses = misses_.load(std::memory_order_relaxed);
+    t.rows_resident = count_;
+    t.bytes_resident = count_ * 4 * static_cast<int64_t>(row_width());
+    RowStoreStats s;
+    s.tiers.push_back(t);
+    return s;
   }
 
  private:
@@ -162,6 +180,8 @@ class MemoryRowStore final : public RowStore {
   int64_t rows_left_ = 0;                                  // GUARDED_BY(mu_): in the last chunk
   std::vector<std::unique_ptr<float, FreeChunk>> chunks_;  // GUARDED_BY(mu_)
   int64_t count_ = 0;                             // GUARDED_BY(mu_)
+  // Rows read that were stored / that had to be initialized.
+  std::atomic<int64_t> hits_{0}, misses_{0};
 };
 
 }  // namespace

@@ -21,7 +21,9 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Paramete
   std::unique_ptr<ParameterServer> ps(new ParameterServer());
   ps->options_ = options;
   // The rank is known only after registration; the service learns it then.
-  ps->service_ = std::make_unique<PsService>(PsServiceOptions{});
+  PsServiceOptions service_options;
+  service_options.store_factory = MakeRowStoreFactory(options.storage);
+  ps->service_ = std::make_unique<PsService>(service_options);
   PsService* service = ps->service_.get();
   TESSERA_ASSIGN_OR_RETURN(
       ps->server_, RpcServer::Start(RpcServerOptions{options.bind_address, options.threads},

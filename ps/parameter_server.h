@@ -10,6 +10,7 @@
 #include "common/rpc_server.h"
 #include "common/status.h"
 #include "ps/ps_service.h"
+#include "ps/store_factory.h"
 
 namespace tessera {
 
@@ -29,6 +30,8 @@ struct ParameterServerOptions {
   std::string host_group;
   // Bytes of embedding rows this server may hold, for the planner; 0 = no limit.
   int64_t memory_bytes = 0;
+  // Where rows live: host memory only, or host memory over RocksDB.
+  ShardStorageOptions storage;
   // How long to keep trying to reach the master at start.
   int64_t register_timeout_ms = 120000;
 };

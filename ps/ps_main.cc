@@ -11,6 +11,8 @@ DEFINE_string(advertise_host, "", "Host name trainers reach this server by (defa
 DEFINE_int32(threads, 2, "Threads serving lookups and pushes");
 DEFINE_string(host_group, "", "Host group for table_row_wise placement (default: this machine's host name)");
 DEFINE_int64(memory_bytes, 0, "Bytes of embedding rows this server may hold, for the planner (0: no limit)");
+DEFINE_string(rocksdb_path, "", "Keep rows that do not fit in --host_bytes in RocksDB under this folder");
+DEFINE_int64(host_bytes, int64_t{1} << 30, "With --rocksdb_path: host memory for rows (split among shards by size)");
 DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
 
 int main(int argc, char** argv) {
@@ -27,6 +29,8 @@ int main(int argc, char** argv) {
   options.register_timeout_ms = FLAGS_register_timeout_ms;
   options.host_group = FLAGS_host_group;
   options.memory_bytes = FLAGS_memory_bytes;
+  options.storage.rocksdb_path = FLAGS_rocksdb_path;
+  options.storage.host_bytes = FLAGS_host_bytes;
   auto ps = tessera::ParameterServer::Start(options);
   if (!ps.ok()) {
     LOG(ERROR) << "parameter server failed to start: " << ps.status();

@@ -29,7 +29,7 @@ std::string ContextName(uint32_t trainer, uint64_t step) {
 }  // namespace
 
 PsService::PsService(PsServiceOptions options)
-    : ps_rank_(options.ps_rank), shards_(std::make_shared<ShardMap>()), last_expiry_(Clock::now()) {}
+    : ps_rank_(options.ps_rank), store_factory_(options.store_factory), shards_(std::make_shared<ShardMap>()), last_expiry_(Clock::now()) {}
 
 PsService::~PsService() { Abort(Status::Cancelled("parameter server shutting down")); }
 
@@ -42,15 +42,27 @@ std::shared_ptr<const PsService::ShardMap> PsService::Shards() const {
   return shards_;
 }
 
-Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan) {
+Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, const json& restore) {
   auto shards = std::make_shared<ShardMap>();
-  for (const ShardSpec& spec : plan.ShardsOf(ps_rank_.load())) {
+  const std::vector<ShardSpec> mine = plan.ShardsOf(ps_rank_.load());
+  double total_bytes = 0;
+  for (const ShardSpec& spec : mine) {
     if (spec.table < 0 || spec.table >= static_cast<int>(job.tables.size())) {
       return Status::InvalidArgument("plan names table " + std::to_string(spec.table) + " which the job lacks");
     }
+    total_bytes += static_cast<double>(spec.num_rows) * job.tables[spec.table].RowBytes();
+  }
+  for (const ShardSpec& spec : mine) {
+    const double bytes = static_cast<double>(spec.num_rows) * job.tables[spec.table].RowBytes();
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddingShard> shard,
-                             EmbeddingShard::Create(spec, job.tables[spec.table]));
+                             EmbeddingShard::Create(spec, job.tables[spec.table], store_factory_,
+                                                    total_bytes > 0 ? bytes / total_bytes : 1.0));
     (*shards)[spec.shard_id] = std::move(shard);
+  }
+  int64_t start_step = 0;
+  if (!restore.is_null()) {
+    TESSERA_RETURN_IF_ERROR(Restore(restore, *shards));
+    start_step = restore.value("step", int64_t{0});
   }
   std::lock_guard<std::mutex> lock(mu_);
   shards_ = std::move(shards);
@@ -59,8 +71,9 @@ Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan) {
   contexts_.clear();
   pending_.clear();
   deferred_.clear();
-  applied_steps_ = 0;
-  last_pushed_step_.assign(job.cluster.num_trainers, -1);
+  // Steps before start_step are done (a resumed job starts at its checkpoint).
+  applied_steps_ = static_cast<uint64_t>(start_step);
+  last_pushed_step_.assign(job.cluster.num_trainers, start_step - 1);
   failure_ = Status::OK();
   LOG(INFO) << "ps " << ps_rank_.load() << ": holding " << shards_->size() << " shard(s) of job '" << job.name
             << "', plan version " << plan.version << ", " << ConsistencyName(job.training.consistency) << " mode";
@@ -377,6 +390,7 @@ void PsService::HandlePush(Message&& m, Responder r) {
     } else {
       pushes_applied_ += world;
       applied_steps_ = step + 1;
+      applied_cv_.notify_all();
       auto it = deferred_.find(applied_steps_);
       if (it != deferred_.end()) {
         released = std::move(it->second);
@@ -442,7 +456,28 @@ json PsService::Stats() const {
   auto shards = Shards();
   json s = json::array();
   for (const auto& [id, shard] : *shards) {
-    s.push_back({{"shard_id", id}, {"table", shard->table().name}, {"rows_materialized", shard->store()->size()}});
+    const RowStoreStats st = shard->store()->Stats();
+    json tiers = json::array();
+    for (const TierStats& t : st.tiers) {
+      const int64_t lookups = t.hits + t.misses;
+      tiers.push_back({{"tier", t.name},
+                       {"hits", t.hits},
+                       {"misses", t.misses},
+                       {"hit_rate", lookups > 0 ? static_cast<double>(t.hits) / static_cast<double>(lookups) : 0.0},
+                       {"evictions", t.evictions},
+                       {"writebacks", t.writebacks},
+                       {"rows", t.rows_resident},
+                       {"bytes", t.bytes_resident},
+                       {"budget_bytes", t.byte_budget}});
+    }
+    s.push_back({{"shard_id", id},
+                 {"table", shard->table().name},
+                 {"rows_materialized", shard->store()->size()},
+                 {"tiers", tiers},
+                 {"rocksdb_rows_read", st.rocksdb_rows_read},
+                 {"rocksdb_rows_written", st.rocksdb_rows_written},
+                 {"rocksdb_bytes_read", st.rocksdb_bytes_read},
+                 {"rocksdb_bytes_written", st.rocksdb_bytes_written}});
   }
   std::lock_guard<std::mutex> lock(mu_);
   return json{{"ps_rank", ps_rank_.load()},
@@ -478,7 +513,7 @@ void PsService::HandleControl(Message&& m, Responder r) {
           r.ReplyError(plan.status());
           return;
         }
-        Status st = CreateShards(*job, *plan);
+        Status st = CreateShards(*job, *plan, body->value("restore", json()));
         if (!st.ok()) {
           r.ReplyError(st);
           return;
@@ -493,6 +528,15 @@ void PsService::HandleControl(Message&& m, Responder r) {
           return;
         }
         r.Reply(EncodeJsonReply(r.request_header(), json{{"files", *files}}));
+        return;
+      }
+      case Opcode::kSnapshot: {
+        auto shards = Snapshot(body->at("dir").get<std::string>(), body->at("step").get<int64_t>());
+        if (!shards.ok()) {
+          r.ReplyError(shards.status());
+          return;
+        }
+        r.Reply(EncodeJsonReply(r.request_header(), json{{"shards", *shards}}));
         return;
       }
       case Opcode::kServerStats:

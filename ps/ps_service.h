@@ -33,7 +33,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "common/job_config.h"
 #include "common/messages.h"
@@ -47,6 +47,8 @@ namespace tessera {
 struct PsServiceOptions {
   // This server's rank among the job's parameter servers.
   int ps_rank = 0;
+  // Makes each shard's row store; null keeps rows in memory.
+  RowStoreFactory store_factory;
 };
 
 class PsService {
@@ -58,8 +60,15 @@ class PsService {
   void Handle(Message&& request, Responder responder);
 
   // Creates the shards the plan places on this server, for this job. Replaces
-  // any earlier job's shards.
-  Status CreateShards(const JobConfig& job, const ShardingPlan& plan);
+  // any earlier job's shards. With `restore` (a checkpoint's shards, see
+  // master/master_checkpoint.cc), fills them with the checkpoint's rows —
+  // whichever old shards hold them, however the old plan cut the tables —
+  // and starts at its step.
+  Status CreateShards(const JobConfig& job, const ShardingPlan& plan, const nlohmann::json& restore = {});
+
+  // Snapshots every shard under dir/shard<id> once the gradients of all
+  // steps before `step` are applied (checkpoint at that step boundary).
+  StatusOr<nlohmann::json> Snapshot(const std::string& dir, int64_t step);
 
   // Fails waiting and future requests with `reason` (the master ends the job).
   void Abort(const Status& reason);
@@ -113,9 +122,13 @@ class PsService {
   std::shared_ptr<const ShardMap> Shards() const;
 
   std::atomic<int> ps_rank_;
+  const RowStoreFactory store_factory_;
+  // Fills new shards from a checkpoint's (CreateShards).
+  Status Restore(const nlohmann::json& restore, const ShardMap& shards);
 
   mutable std::mutex mu_;
   std::condition_variable shutdown_cv_;
+  std::condition_variable applied_cv_;  // applied_steps_ moved
   std::shared_ptr<const ShardMap> shards_;                                 // GUARDED_BY(mu_)
   std::optional<JobConfig> job_;                                          // GUARDED_BY(mu_)
   uint32_t plan_version_ = 0;                                             // GUARDED_BY(mu_)

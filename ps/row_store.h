@@ -17,6 +17,7 @@
 #include <span>
 
 #include "common/status.h"
+#include "ps/row_store_stats.h"
 
 namespace tessera {
 
@@ -28,6 +29,9 @@ struct RowStoreOptions {
   int row_width = 0;   // floats per stored row
   int gather_cols = 0; // floats Gather copies out of each row (the embedding)
   RowInitFn init;
+  // This store's share of the server's memory budget (its bytes over the
+  // bytes of all the server's shards), for tiered stores.
+  double memory_share = 1.0;
 };
 
 class RowStore {
@@ -63,11 +67,24 @@ class RowStore {
   // Rows materialized.
   virtual int64_t size() const = 0;
 
+  // What each tier holds and how often it was hit (row_store_stats.h).
+  virtual RowStoreStats Stats() const = 0;
+  // Writes every dirty row back to the slowest tier (RocksDB) and makes it
+  // durable there; a no-op for memory-only stores. On failure the rows stay
+  // where they were.
+  virtual Status Flush() { return Status::OK(); }
+
  protected:
   explicit RowStore(RowStoreOptions options) : options_(std::move(options)) {}
   RowStoreOptions options_;
 };
 
 std::unique_ptr<RowStore> NewMemoryRowStore(const RowStoreOptions& options);
+
+// Makes the store of one shard (which tier layout, where on disk). The
+// parameter server picks one from its flags; tests pass their own.
+struct ShardSpec;
+using RowStoreFactory =
+    std::function<StatusOr<std::unique_ptr<RowStore>>(const ShardSpec& shard, const RowStoreOptions& options)>;
 
 }  // namespace tessera

@@ -2,7 +2,11 @@
 # Runs a whole job on this machine: 1 master, N parameter servers, M trainers,
 # all on 127.0.0.1.
 #
-#   scripts/launch_local.sh --ps N --trainers M --config job.json --run_dir DIR [-- extra master flags]
+#   scripts/launch_local.sh --ps N --trainers M --config job.json --run_dir DIR
+#       [--ps_flags "FLAGS"] [--timeout_s S] [-- extra master flags]
+#
+# --ps_flags go to every parameter server; {i} in them becomes the server's
+# index, e.g. --ps_flags "--host_bytes 64000000 --rocksdb_path DIR/rocks{i}".
 #
 # DIR receives master.log, ps<i>.log, trainer<r>.log, trainer<r>.jsonl (per-step
 # metrics) and summary.json. The master's progress lines are echoed here.
@@ -16,6 +20,7 @@ CONFIG=""
 RUN_DIR=""
 TIMEOUT_S="${TESSERA_JOB_TIMEOUT_S:-3600}"
 MASTER_EXTRA=()
+PS_FLAGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --ps) NUM_PS="$2"; shift 2 ;;
@@ -23,12 +28,13 @@ while [ $# -gt 0 ]; do
     --config) CONFIG="$2"; shift 2 ;;
     --run_dir) RUN_DIR="$2"; shift 2 ;;
     --timeout_s) TIMEOUT_S="$2"; shift 2 ;;
+    --ps_flags) PS_FLAGS="$2"; shift 2 ;;
     --) shift; MASTER_EXTRA=("$@"); break ;;
     *) echo "launch_local: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 if [ -z "$CONFIG" ] || [ -z "$RUN_DIR" ]; then
-  echo "usage: $0 --ps N --trainers M --config job.json --run_dir DIR [--timeout_s S] [-- master flags]" >&2
+  echo "usage: $0 --ps N --trainers M --config job.json --run_dir DIR [--ps_flags F] [--timeout_s S] [-- master flags]" >&2
   exit 2
 fi
 MASTER_BIN="$(tessera_bin tessera_master)" || exit 1
@@ -72,7 +78,8 @@ tail -n +1 -f "$RUN_DIR/master.log" 2>/dev/null | grep --line-buffered -E '^\[ma
 TAIL_PID=$!
 
 for i in $(seq 0 $((NUM_PS - 1))); do
-  "$PS_BIN" --master "$MASTER" >"$RUN_DIR/ps$i.log" 2>&1 &
+  # shellcheck disable=SC2086  # the flags are meant to split into words
+  "$PS_BIN" --master "$MASTER" ${PS_FLAGS//\{i\}/$i} >"$RUN_DIR/ps$i.log" 2>&1 &
   PIDS+=("$!"); NAMES+=("ps$i")
 done
 for r in $(seq 0 $((NUM_TRAINERS - 1))); do

@@ -143,3 +143,18 @@ std::vector<ParamArray> DataParallelTables::Export() const {
 }
 
 }  // namespace tessera
+
+namespace tessera {
+
+Status DataParallelTables::Import(const std::vector<ParamArray>& arrays) {
+  for (Table& t : tables_) {
+    const ParamArray* a = FindParam(arrays, "dp." + t.config.name + ".rows");
+    if (a == nullptr || a->f32.size() != t.rows.size()) {
+      return Status::DataLoss("checkpoint lacks the rows of data-parallel table " + t.config.name);
+    }
+    t.rows = a->f32;
+  }
+  return Status::OK();
+}
+
+}  // namespace tessera

@@ -39,8 +39,10 @@ class DataParallelTables {
   // every step (it is a collective).
   Status Step(Collective* collective);
 
-  // The tables' rows (weights and state), for dumps: "dp.<table>.rows".
+  // The tables' rows (weights and state), for dumps and checkpoints:
+  // "dp.<table>.rows". Import puts them back (checkpoint resume).
   std::vector<ParamArray> Export() const;
+  Status Import(const std::vector<ParamArray>& arrays);
 
  private:
   struct Table {

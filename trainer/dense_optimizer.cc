@@ -52,3 +52,17 @@ void DenseOptimizer::Step(std::span<float> params, std::span<const float> grads)
 }
 
 }  // namespace tessera
+
+namespace tessera {
+
+Status DenseOptimizer::Restore(std::span<const float> state, int64_t steps) {
+  if (state.size() != state_.size()) {
+    return Status::InvalidArgument("dense optimizer state has " + std::to_string(state.size()) + " floats, expected " +
+                                   std::to_string(state_.size()));
+  }
+  std::copy(state.begin(), state.end(), state_.begin());
+  steps_ = steps;
+  return Status::OK();
+}
+
+}  // namespace tessera

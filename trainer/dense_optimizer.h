@@ -20,8 +20,12 @@ class DenseOptimizer {
   // params -= step(grads). REQUIRES: both have num_params elements.
   void Step(std::span<float> params, std::span<const float> grads);
 
-  // Optimizer state, for checkpoints: [accumulators | m | v] as used.
+  // Optimizer state, for checkpoints: [accumulators | m | v] as used, and
+  // the steps taken (Adam's bias correction).
   std::span<const float> state() const { return state_; }
+  int64_t steps() const { return steps_; }
+  // Puts back what state() and steps() gave. Fails on a size mismatch.
+  Status Restore(std::span<const float> state, int64_t steps);
 
  private:
   OptimizerSpec spec_;

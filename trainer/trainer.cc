@@ -76,7 +76,10 @@ StatusOr<json> Trainer::WaitStart() {
   auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kWaitStart, json{{"rank", options_.rank}}),
                                  milliseconds(24LL * 3600 * 1000));
   if (!reply.ok()) return reply.status().WithContext("waiting for the job to start");
-  return DecodeJson(*reply);
+  TESSERA_ASSIGN_OR_RETURN(json start, DecodeJsonFrame(*reply, 0));
+  // A resumed job: the checkpoint's trainer state follows the JSON.
+  if (reply->frames.size() == 2) start["state_bytes"] = reply->frames[1].to_string();
+  return start;
 }
 
 void Trainer::SendProgress(const json& progress) {
@@ -105,6 +108,10 @@ void Trainer::HeartbeatLoop() {
       auto j = DecodeJson(*reply);
       if (j.ok() && j->value("state", "") == "aborted") {
         fatal = "the master aborted the job: " + j->value("reason", std::string("(no reason given)"));
+      }
+      if (j.ok() && j->contains("checkpoint")) {
+        checkpoint_requested_id_ = std::max<int64_t>(checkpoint_requested_id_, (*j)["checkpoint"].get<int64_t>());
+        checkpoint_requested_ = checkpoint_requested_id_.load() > checkpoint_served_id_.load();
       }
     } else if (reply.status().code() != StatusCode::kDeadlineExceeded) {
       fatal = "the master rejected a heartbeat: " + reply.status().ToString();
@@ -157,11 +164,57 @@ Status Trainer::Train(const json& start, json* report) {
   go.timeout = milliseconds(job.runtime.collective_timeout_ms);
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Collective> collective, NewGlooCollective(go, client_.get(), master_peer_));
 
+  // Trainer state, what a checkpoint keeps of the trainers: the dense model
+  // and its optimizer, and the data-parallel tables (trainer 0 sends it).
+  auto save_state = [&]() -> StatusOr<std::string> {
+    std::vector<ParamArray> arrays = local_tables.Export();
+    arrays.push_back(ParamArray::Floats("dense.params", 1, model.num_params(),
+                                        std::vector<float>(model.params().begin(), model.params().end())));
+    arrays.push_back(ParamArray::Floats("dense.optimizer_state", 1, static_cast<int64_t>(optimizer.state().size()),
+                                        std::vector<float>(optimizer.state().begin(), optimizer.state().end())));
+    arrays.push_back(ParamArray::Ints("dense.optimizer_steps", 1, 1, {optimizer.steps()}));
+    return EncodeParams(arrays);
+  };
+  const int64_t start_step = start.value("start_step", int64_t{0});
+  if (start.contains("state_bytes")) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<ParamArray> state,
+                             DecodeParams(start["state_bytes"].get<std::string>(), "checkpoint trainer state"));
+    const ParamArray* params = FindParam(state, "dense.params");
+    const ParamArray* opt = FindParam(state, "dense.optimizer_state");
+    const ParamArray* steps = FindParam(state, "dense.optimizer_steps");
+    if (params == nullptr || opt == nullptr || steps == nullptr || steps->i64.empty() ||
+        params->f32.size() != static_cast<size_t>(model.num_params())) {
+      return Status::DataLoss("the checkpoint's trainer state does not fit this model");
+    }
+    std::copy(params->f32.begin(), params->f32.end(), model.params().begin());
+    TESSERA_RETURN_IF_ERROR(optimizer.Restore(opt->f32, steps->i64[0]));
+    TESSERA_RETURN_IF_ERROR(local_tables.Import(state));
+    LOG(INFO) << "trainer " << options_.rank << ": resumed at step " << start_step;
+  }
+
   TrainingLoopOptions lo;
   lo.rank = options_.rank;
   lo.world = options_.world;
   lo.metrics_file = options_.metrics_file;
   lo.stop = &stop_training_;
+  lo.start_step = start_step;
+  lo.checkpoint_every = job.checkpoint.dir.empty() ? 0 : job.checkpoint.every_steps;
+  if (!job.checkpoint.dir.empty()) lo.checkpoint_requested = &checkpoint_requested_;
+  lo.barrier = [&](int64_t step) -> StatusOr<int64_t> {
+    Message m = EncodeJson(Opcode::kCheckpointBarrier, json{{"rank", options_.rank}, {"step", step}});
+    if (options_.rank == 0) {
+      TESSERA_ASSIGN_OR_RETURN(std::string bytes, save_state());
+      m.AddString(bytes);
+    }
+    // Waits while the others arrive and every server snapshots.
+    auto reply = client_->CallSync(master_peer_, std::move(m), milliseconds(job.runtime.rpc_timeout_ms * 10));
+    if (!reply.ok()) return reply.status().WithContext("checkpoint barrier at step " + std::to_string(step));
+    TESSERA_ASSIGN_OR_RETURN(json j, DecodeJson(*reply));
+    if (j.value("action", "") == "run_to") return j.at("step").get<int64_t>();
+    checkpoint_served_id_ = std::max<int64_t>(checkpoint_served_id_, j.value("served", int64_t{0}));
+    checkpoint_requested_ = checkpoint_requested_id_.load() > checkpoint_served_id_.load();
+    return int64_t{-1};
+  };
   lo.on_progress = [this](const json& p) {
     LOG(INFO) << "trainer " << options_.rank << " step " << p["step"] << " loss " << p["loss"] << " examples/s "
               << p["examples_per_s"];

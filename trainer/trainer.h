@@ -60,6 +60,10 @@ class Trainer {
   bool stop_heartbeat_ = false;          // GUARDED_BY(mu_)
   nlohmann::json pending_progress_;      // GUARDED_BY(mu_)
   std::atomic<bool> stop_training_{false};
+  // Checkpoint requests: the master's newest request id (from heartbeats) and
+  // the newest one a barrier served.
+  std::atomic<int64_t> checkpoint_requested_id_{0}, checkpoint_served_id_{0};
+  std::atomic<bool> checkpoint_requested_{false};
 };
 
 }  // namespace tessera

@@ -85,6 +85,21 @@ int64_t TrainingLoop::TotalSteps() const {
          StepsPerEpoch(options_.world, job_.training.batch_size, data_->num_examples());
 }
 
+// A request on demand reaches each trainer's heartbeat at a different
+// moment, but trainers move in lockstep (the allreduce): one that stopped at a
+// boundary alone would wait forever for the others, stuck in the next
+// allreduce. So they stop only where all agree, and agree here, where they
+// meet anyway: any trainer that has seen the request carries all of them to
+// the barrier at the next step.
+Status TrainingLoop::AgreeOnCheckpoint(bool* agreed) {
+  *agreed = false;
+  if (!options_.barrier || options_.checkpoint_requested == nullptr) return Status::OK();
+  float seen = options_.checkpoint_requested->load() ? 1.0f : 0.0f;
+  TESSERA_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<float>(&seen, 1)));
+  *agreed = seen > 0.0f;
+  return Status::OK();
+}
+
 StatusOr<TrainingResult> TrainingLoop::Run() {
   std::ofstream metrics;
   if (!options_.metrics_file.empty()) {
@@ -93,7 +108,7 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
   }
   const int64_t total = TotalSteps();
   // The first steps warm caches and connections; throughput counts after them.
-  const int64_t warmup = std::min<int64_t>(total / 10, 20);
+  const int64_t warmup = std::min<int64_t>((total - options_.start_step) / 10, 20);
   const int64_t B = job_.training.batch_size;
   Batch batch;
   FeatureOutputs features, d_features;
@@ -104,9 +119,18 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
   Clock::time_point window_start = Clock::now(), run_start = window_start, timed_start = window_start;
   int64_t timed_examples = 0;
 
-  for (int64_t step = 0; step < total; ++step) {
+  int64_t run_to = -1;
+  bool agreed_checkpoint = false;  // decided by all trainers together at the previous step
+  for (int64_t step = options_.start_step; step < total; ++step) {
     if (options_.stop != nullptr && options_.stop->load()) return Status::Cancelled("training stopped");
-    if (step == warmup) {
+    if (options_.barrier) {
+      const bool periodic = options_.checkpoint_every > 0 && step > options_.start_step &&
+                            step % options_.checkpoint_every == 0;
+      if (step == run_to || periodic || (agreed_checkpoint && run_to < 0)) {
+        TESSERA_ASSIGN_OR_RETURN(run_to, options_.barrier(step));
+      }
+    }
+    if (step == options_.start_step + warmup) {
       timed_start = Clock::now();
       timed_examples = 0;
     }
@@ -124,6 +148,7 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
     TESSERA_RETURN_IF_ERROR(embeddings_->StartPush(d_features));
     TESSERA_RETURN_IF_ERROR(local_tables_->Backward(batch.sparse, d_features));
     TESSERA_RETURN_IF_ERROR(collective_->AllReduceSum(model_->grads()));
+    TESSERA_RETURN_IF_ERROR(AgreeOnCheckpoint(&agreed_checkpoint));
     TESSERA_RETURN_IF_ERROR(local_tables_->Step(collective_));
     optimizer_->Step(model_->params(), model_->grads());
     const auto t4 = Clock::now();

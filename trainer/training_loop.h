@@ -37,6 +37,18 @@ struct TrainingLoopOptions {
   std::function<void(const nlohmann::json&)> on_progress;
   // Set by another thread to stop between steps.
   const std::atomic<bool>* stop = nullptr;
+
+  // The first step (a resumed job starts where its checkpoint was taken).
+  int64_t start_step = 0;
+  // Checkpoints: the loop stops at a step boundary s and calls barrier(s)
+  // when s is a multiple of checkpoint_every (s > start_step), when any
+  // trainer had *checkpoint_requested (set from the master's heartbeat
+  // replies) at step s-1 (agreed by a one-float allreduce), or when an
+  // earlier barrier asked it to run to s. barrier returns the step to run
+  // to before the next barrier, or -1 to carry on.
+  int64_t checkpoint_every = 0;
+  const std::atomic<bool>* checkpoint_requested = nullptr;
+  std::function<StatusOr<int64_t>(int64_t step)> barrier;
 };
 
 struct TrainingResult {
@@ -70,6 +82,8 @@ class TrainingLoop {
                    std::vector<const float*>* pooled);
   // d(pooled) -> d(output rows) for the unpooled features.
   void ExpandSequenceGrads(const KeyedJaggedTensor& kjt, FeatureOutputs* grads);
+  // Whether every trainer stops at the next step for a checkpoint on demand.
+  Status AgreeOnCheckpoint(bool* agreed);
 
   JobConfig job_;
   TrainingLoopOptions options_;

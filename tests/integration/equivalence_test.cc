@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "common/job_config.h"
@@ -66,14 +67,29 @@ struct Dumped {
   std::map<std::string, std::map<int64_t, std::vector<float>>> rows;  // table -> row -> full-width weights
 };
 
-class EquivalenceTest : public ::testing::TestWithParam<std::pair<std::string, int>> {};
+struct Case {
+  std::string sharding;
+  int num_ps = 1;
+  // Servers keep rows in RocksDB under a host budget a tenth of the tables.
+  bool tiered = false;
+};
+
+class EquivalenceTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EquivalenceTest, TwoTrainersEqualOneProcessWithTheConcatenatedBatch) {
-  const auto [sharding, num_ps] = GetParam();
+  const Case c = GetParam();
+  const std::string& sharding = c.sharding;
+  const int num_ps = c.num_ps;
   const json config = JobConfigJson(sharding, num_ps, 2, kBatch);
   testing::LocalCluster cluster("equivalence_" + sharding);
   const std::string dump = cluster.dir() + "/dump";
-  ASSERT_TRUE(cluster.StartJob(config, num_ps, 2, {"--dump_dir", dump}).ok());
+  std::vector<std::string> ps_args;
+  if (c.tiered) {
+    // The tables hold about 7 KB of rows and state: 700 bytes keeps a few rows
+    // in memory and the rest in RocksDB, evicted and promoted all run long.
+    ps_args = {"--rocksdb_path", cluster.dir() + "/rocks{i}", "--host_bytes", "700"};
+  }
+  ASSERT_TRUE(cluster.StartJob(config, num_ps, 2, {"--dump_dir", dump}, ps_args).ok());
   const int code = cluster.Wait("master", milliseconds(90000));
   ASSERT_EQ(code, 0) << cluster.Log("master") << cluster.Log("trainer0") << cluster.Log("ps0");
   for (const char* p : {"trainer0", "trainer1"}) EXPECT_EQ(cluster.Wait(p, milliseconds(10000)), 0) << cluster.Log(p);
@@ -162,22 +178,39 @@ TEST_P(EquivalenceTest, TwoTrainersEqualOneProcessWithTheConcatenatedBatch) {
     moved = std::max(moved, static_cast<double>(std::fabs(reference->dense[k] - layout.params()[k])));
   }
   EXPECT_GT(moved, 1e-3);
+  if (c.tiered) {
+    // The run must really have gone through RocksDB.
+    const json summary = json::parse(std::ifstream(cluster.dir() + "/summary.json"));
+    int64_t evictions = 0, rocksdb_reads = 0;
+    for (const json& ps : summary["parameter_servers"]) {
+      for (const json& shard : ps["shards"]) {
+        rocksdb_reads += shard["rocksdb_rows_read"].get<int64_t>();
+        for (const json& tier : shard["tiers"]) evictions += tier["evictions"].get<int64_t>();
+      }
+    }
+    EXPECT_GT(evictions, 100);
+    EXPECT_GT(rocksdb_reads, 100);
+    std::cout << "tiered: " << evictions << " evictions, " << rocksdb_reads << " RocksDB row reads\n";
+  }
   std::cout << "sharding " << sharding << " on " << num_ps
             << " servers: max |distributed - reference| = " << max_diff << " over " << rows_compared << " rows ("
             << rows_trained << " trained) and " << dense_compared << " dense weights\n";
 }
 
-std::vector<std::pair<std::string, int>> AllCases() {
-  std::vector<std::pair<std::string, int>> out;
+std::vector<Case> AllCases() {
+  std::vector<Case> out;
   for (const char* type : {"table_wise", "row_wise", "column_wise", "table_row_wise", "data_parallel"}) {
-    for (int ps = 1; ps <= 3; ++ps) out.emplace_back(type, ps);
+    for (int ps = 1; ps <= 3; ++ps) out.push_back({type, ps, false});
   }
-  out.emplace_back("auto", 3);  // whatever the planner picks
+  out.push_back({"auto", 3, false});  // whatever the planner picks
+  // Tables 10x the host budget train to the same parameters.
+  out.push_back({"table_wise", 2, true});
+  out.push_back({"row_wise", 2, true});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Sharding, EquivalenceTest, ::testing::ValuesIn(AllCases()), [](const auto& info) {
-  return info.param.first + "_" + std::to_string(info.param.second) + "ps";
+  return info.param.sharding + "_" + std::to_string(info.param.num_ps) + "ps" + (info.param.tiered ? "_tiered" : "");
 });
 
 }  // namespace

@@ -77,8 +77,14 @@ Status LocalCluster::StartMaster(const nlohmann::json& config, const std::vector
   return Status::Unavailable("the master did not start:\n" + Log("master"));
 }
 
-Status LocalCluster::StartPs(int index) {
-  return Spawn("ps" + std::to_string(index), TESSERA_PS_BIN, {"--master", master_});
+Status LocalCluster::StartPs(int index, const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args = {"--master", master_};
+  for (std::string a : extra_args) {
+    const size_t at = a.find("{i}");
+    if (at != std::string::npos) a.replace(at, 3, std::to_string(index));
+    args.push_back(a);
+  }
+  return Spawn("ps" + std::to_string(index), TESSERA_PS_BIN, args);
 }
 
 Status LocalCluster::StartTrainer(int rank, int world) {
@@ -89,9 +95,12 @@ Status LocalCluster::StartTrainer(int rank, int world) {
 }
 
 Status LocalCluster::StartJob(const nlohmann::json& config, int num_ps, int num_trainers,
-                              const std::vector<std::string>& master_args) {
-  TESSERA_RETURN_IF_ERROR(StartMaster(config, master_args));
-  for (int i = 0; i < num_ps; ++i) TESSERA_RETURN_IF_ERROR(StartPs(i));
+                              const std::vector<std::string>& master_args, const std::vector<std::string>& ps_args) {
+  // The job's counts are the ones started here, whatever the config said.
+  nlohmann::json job = config;
+  job["cluster"] = {{"num_ps", num_ps}, {"num_trainers", num_trainers}};
+  TESSERA_RETURN_IF_ERROR(StartMaster(job, master_args));
+  for (int i = 0; i < num_ps; ++i) TESSERA_RETURN_IF_ERROR(StartPs(i, ps_args));
   for (int r = 0; r < num_trainers; ++r) TESSERA_RETURN_IF_ERROR(StartTrainer(r, num_trainers));
   return Status::OK();
 }

@@ -26,11 +26,12 @@ class LocalCluster {
   // Writes `config` to dir/job.json and starts the master on a free port;
   // returns once it listens.
   Status StartMaster(const nlohmann::json& config, const std::vector<std::string>& extra_args = {});
-  Status StartPs(int index);
+  // {i} in an argument becomes the server's index (a folder per server).
+  Status StartPs(int index, const std::vector<std::string>& extra_args = {});
   Status StartTrainer(int rank, int world);
   // The whole job: master, num_ps servers, num_trainers trainers.
   Status StartJob(const nlohmann::json& config, int num_ps, int num_trainers,
-                  const std::vector<std::string>& master_args = {});
+                  const std::vector<std::string>& master_args = {}, const std::vector<std::string>& ps_args = {});
 
   // Exit code of `name` ("master", "ps0", "trainer1"), waiting up to
   // `timeout`; -1 if it is still running then, 128+N if killed by signal N.

@@ -1,0 +1,272 @@
+// Row-store throughput on a table ten times larger than host memory (DESIGN.md
+// §6): the tiered store (LRU and LFU-with-ageing) against the all-in-memory
+// store, on a parameter server's access pattern.
+//
+// Table: --rows rows of --dim weights + Adagrad state (dim floats), all rows
+// written before timing (--prefill; so every host miss is a RocksDB read).
+// Budget: --budget_fraction of the table's rows (host_bytes =
+// fraction * rows * HostTierBytesPerRow). A batch: --lookups ids ~ Zipf(--zipf)
+// over the rows (rank k drawn with P ∝ (k+1)^-s, then scattered over the id
+// space as hashed ids are), deduplicated, then Read (the gather of a lookup)
+// and Update (Adagrad on random gradients: the push) of the unique rows, as
+// ps_service does for one request. --threads run batches concurrently.
+// After --warmup_batches, --batches are timed. One JSON line per store:
+// unique_rows_per_s (rows read and updated per second), lookups_per_s,
+// host_hit_rate (of unique rows looked up, the fraction already resident),
+// evictions, write-backs, RocksDB traffic, and ratio_to_memory.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/dedup.h"
+#include "kernels/sparse_optimizer.h"
+#include "ps/rocks_row_store.h"
+#include "ps/row_store.h"
+#include "ps/row_store_stats.h"
+#include "ps/tiered_row_store.h"
+
+DEFINE_int64(rows, 2000000, "rows of the table");
+DEFINE_int32(dim, 64, "embedding floats per row (Adagrad adds as many state floats)");
+DEFINE_double(budget_fraction, 0.1, "host budget as a fraction of the table's rows");
+DEFINE_double(zipf, 1.05, "Zipf exponent of the ids");
+DEFINE_int64(lookups, 16384, "ids per batch before dedup");
+DEFINE_int32(warmup_batches, 300, "batches before timing (the host tier fills)");
+DEFINE_int32(batches, 600, "timed batches (over all threads)");
+DEFINE_int32(threads, 1, "threads running batches");
+DEFINE_bool(prefill, true, "write every row to RocksDB before timing");
+DEFINE_string(stores, "memory,lru,lfu_aging", "comma list: memory, lru, lfu_aging");
+DEFINE_string(dir, "", "directory for the RocksDB files (default: a fresh temp dir, removed after)");
+DEFINE_uint64(seed, 42, "id sampling seed");
+
+namespace tessera {
+namespace {
+
+constexpr uint64_t kScramble = 0x9E3779B97F4A7C15ULL;  // odd: rank -> id is a bijection mod 2^64
+
+// Inverse-CDF Zipf sampler over ranks [0, n).
+class Zipf {
+ public:
+  Zipf(int64_t n, double s) : cdf_(static_cast<size_t>(n)) {
+    double sum = 0;
+    for (int64_t k = 0; k < n; ++k) cdf_[k] = (sum += std::pow(static_cast<double>(k + 1), -s));
+    for (double& c : cdf_) c /= sum;
+  }
+  int64_t operator()(std::mt19937_64& rng) const {
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    return std::min<int64_t>(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin(),
+                             static_cast<int64_t>(cdf_.size()) - 1);
+  }
+
+ private:
+  std::vector<double> cdf_;
+};
+
+// Hot ranks scattered over the rows, as hashed ids are (no locality for RocksDB to exploit).
+int64_t RankToId(int64_t rank, int64_t rows) {
+  return static_cast<int64_t>((static_cast<uint64_t>(rank) * kScramble) % static_cast<uint64_t>(rows));
+}
+
+void InitRow(int64_t id, float* row) {
+  for (int c = 0; c < FLAGS_dim; ++c) row[c] = static_cast<float>((id * 31 + c) % 97) * 1e-3f;
+  std::fill(row + FLAGS_dim, row + 2 * FLAGS_dim, 0.0f);
+}
+
+RowStoreOptions Rows() {
+  RowStoreOptions o;
+  o.row_width = 2 * FLAGS_dim;
+  o.gather_cols = FLAGS_dim;
+  o.init = InitRow;
+  return o;
+}
+
+Status Prefill(const std::string& path) {
+  RowDbOptions o;
+  o.path = path;
+  o.mode = RowDbOpenMode::kOverwrite;
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<RowDb> db, RowDb::Open(o, 2 * FLAGS_dim));
+  constexpr int64_t kBatch = 8192;
+  std::vector<float> rows(kBatch * 2 * FLAGS_dim);
+  std::vector<const float*> ptrs(kBatch);
+  std::vector<int64_t> ids(kBatch);
+  for (int64_t begin = 0; begin < FLAGS_rows; begin += kBatch) {
+    const int64_t n = std::min(kBatch, FLAGS_rows - begin);
+    for (int64_t i = 0; i < n; ++i) {
+      ids[i] = begin + i;
+      ptrs[i] = &rows[i * 2 * FLAGS_dim];
+      InitRow(ids[i], &rows[i * 2 * FLAGS_dim]);
+    }
+    TESSERA_RETURN_IF_ERROR(db->Put(std::span<const int64_t>(ids.data(), n), ptrs.data()));
+  }
+  return db->Flush();
+}
+
+// One thread's share of the timed (or warm-up) batches: dedup, Read, Update.
+Status RunBatches(RowStore* store, const Zipf& zipf, int batches, uint64_t seed, int64_t* unique_rows) {
+  std::mt19937_64 rng(seed);
+  kernels::IdDeduper dedup;
+  kernels::SparseOptimizerConfig adagrad;
+  adagrad.kind = kernels::SparseOptimizerKind::kAdagrad;
+  std::vector<int64_t> ids(FLAGS_lookups), unique;
+  std::vector<int32_t> inverse;
+  std::vector<float> gathered, grads;
+  for (int b = 0; b < batches; ++b) {
+    for (int64_t& id : ids) id = RankToId(zipf(rng), FLAGS_rows);
+    dedup.Run(ids, &unique, &inverse);
+    gathered.resize(unique.size() * FLAGS_dim);
+    TESSERA_RETURN_IF_ERROR(store->Gather(unique, gathered.data()));
+    grads.resize(unique.size() * FLAGS_dim);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = gathered[i] * 0.1f - 1e-3f;  // some function of the rows
+    TESSERA_RETURN_IF_ERROR(store->Update(unique, [&](float* const* rows, int64_t n) {
+      kernels::ApplySparseOptimizerCpu(adagrad, FLAGS_dim, rows, grads.data(), n);
+    }));
+    *unique_rows += static_cast<int64_t>(unique.size());
+  }
+  return Status::OK();
+}
+
+Status RunAll(RowStore* store, const Zipf& zipf, int batches, uint64_t seed, int64_t* unique_rows) {
+  std::vector<std::thread> threads;
+  std::vector<Status> status(FLAGS_threads);
+  std::vector<int64_t> counts(FLAGS_threads, 0);
+  for (int t = 0; t < FLAGS_threads; ++t) {
+    const int mine = batches / FLAGS_threads + (t < batches % FLAGS_threads ? 1 : 0);
+    threads.emplace_back([&, t, mine] { status[t] = RunBatches(store, zipf, mine, seed + 1000 * t, &counts[t]); });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < FLAGS_threads; ++t) {
+    TESSERA_RETURN_IF_ERROR(status[t]);
+    *unique_rows += counts[t];
+  }
+  return Status::OK();
+}
+
+// CPU seconds of the whole process (RocksDB's background threads included):
+// steadier than wall time on a shared machine.
+double ProcessCpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+StatusOr<std::unique_ptr<RowStore>> OpenStore(const std::string& name, const std::string& dir) {
+  if (name == "memory") return NewMemoryRowStore(Rows());
+  TieredRowStoreOptions o;
+  o.rows = Rows();
+  o.db.path = dir + "/" + name;
+  o.host_bytes = static_cast<int64_t>(FLAGS_budget_fraction * static_cast<double>(FLAGS_rows)) *
+                 HostTierBytesPerRow(2 * FLAGS_dim);
+  if (name == "lru") {
+    o.policy = EvictionPolicy::kLru;
+  } else if (name == "lfu_aging") {
+    o.policy = EvictionPolicy::kLfuAging;
+  } else {
+    return Status::InvalidArgument("unknown store " + name);
+  }
+  if (FLAGS_prefill) {
+    // A hard-linked copy of the prefilled database, so each store starts alike.
+    std::unique_ptr<RowDb> base;
+    TESSERA_ASSIGN_OR_RETURN(base, RowDb::Open(RowDbOptions{dir + "/prefill", RowDbOpenMode::kOpenExisting}, o.rows.row_width));
+    TESSERA_RETURN_IF_ERROR(base->Checkpoint(o.db.path));
+    o.db.mode = RowDbOpenMode::kOpenExisting;
+  } else {
+    o.db.mode = RowDbOpenMode::kOverwrite;
+  }
+  return OpenTieredRowStore(o);
+}
+
+int Main() {
+  std::string dir = FLAGS_dir;
+  const bool temp_dir = dir.empty();
+  if (temp_dir) {
+    std::string tmpl = std::filesystem::temp_directory_path().string() + "/tier_bench.XXXXXX";
+    CHECK(mkdtemp(tmpl.data()) != nullptr);
+    dir = tmpl;
+  }
+  const Zipf zipf(FLAGS_rows, FLAGS_zipf);
+  if (FLAGS_prefill && FLAGS_stores != "memory") {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = Prefill(dir + "/prefill");
+    CHECK(st.ok()) << st;
+    fprintf(stderr, "prefilled %lld rows in %.1f s\n", static_cast<long long>(FLAGS_rows),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  double memory_rate = 0, memory_cpu_rate = 0;
+  std::stringstream names(FLAGS_stores);
+  for (std::string name; std::getline(names, name, ',');) {
+    auto store = OpenStore(name, dir);
+    CHECK(store.ok()) << store.status();
+    int64_t warm_rows = 0, rows = 0;
+    Status st = RunAll(store->get(), zipf, FLAGS_warmup_batches, FLAGS_seed, &warm_rows);
+    CHECK(st.ok()) << st;
+    const RowStoreStats before = (*store)->Stats();
+    const double cpu0 = ProcessCpuSeconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    st = RunAll(store->get(), zipf, FLAGS_batches, FLAGS_seed + 7, &rows);
+    CHECK(st.ok()) << st;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu_secs = ProcessCpuSeconds() - cpu0;
+    const double rate = static_cast<double>(rows) / secs;
+    const double cpu_rate = static_cast<double>(rows) / cpu_secs;
+    if (name == "memory") memory_rate = rate, memory_cpu_rate = cpu_rate;
+    nlohmann::json j = {{"store", name},
+                        {"rows", FLAGS_rows},
+                        {"row_floats", 2 * FLAGS_dim},
+                        {"budget_fraction", name == "memory" ? 1.0 : FLAGS_budget_fraction},
+                        {"zipf", FLAGS_zipf},
+                        {"threads", FLAGS_threads},
+                        {"batches", FLAGS_batches},
+                        {"unique_rows_per_batch", static_cast<double>(rows) / FLAGS_batches},
+                        {"seconds", secs},
+                        {"cpu_seconds", cpu_secs},
+                        {"unique_rows_per_s", rate},
+                        {"lookups_per_s", static_cast<double>(FLAGS_lookups) * FLAGS_batches / secs}};
+    if (memory_rate > 0) {
+      j["ratio_to_memory"] = rate / memory_rate;
+      j["cpu_ratio_to_memory"] = cpu_rate / memory_cpu_rate;  // per CPU second
+    }
+    if (before.tier("host") != nullptr) {
+      const RowStoreStats after = (*store)->Stats();
+      const TierStats& h0 = *before.tier("host");
+      const TierStats& h1 = *after.tier("host");
+      const int64_t hits = h1.hits - h0.hits, misses = h1.misses - h0.misses;
+      j["host_hit_rate"] = static_cast<double>(hits) / static_cast<double>(std::max<int64_t>(1, hits + misses));
+      j["evictions"] = h1.evictions - h0.evictions;
+      j["writebacks"] = h1.writebacks - h0.writebacks;
+      j["host_rows_resident"] = h1.rows_resident;
+      j["host_mib_resident"] = static_cast<double>(h1.bytes_resident) / (1 << 20);
+      j["rocksdb_rows_read"] = after.rocksdb_rows_read - before.rocksdb_rows_read;
+      j["rocksdb_mib_read"] = static_cast<double>(after.rocksdb_bytes_read - before.rocksdb_bytes_read) / (1 << 20);
+      j["rocksdb_rows_written"] = after.rocksdb_rows_written - before.rocksdb_rows_written;
+      j["rocksdb_mib_written"] =
+          static_cast<double>(after.rocksdb_bytes_written - before.rocksdb_bytes_written) / (1 << 20);
+    }
+    printf("%s\n", j.dump().c_str());
+    fflush(stdout);
+  }
+  if (temp_dir) std::filesystem::remove_all(dir);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  return tessera::Main();
+}

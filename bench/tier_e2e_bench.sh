@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Tiered storage, end to end: the W1 job (1 master, 1 ps, 2 trainers; one
+# table of 1,000,000 x 64, Zipf 1.05 ids, batch 512 bags of 20 ids) trained
+# with all rows in memory, then with a host budget of a tenth of the table
+# and RocksDB below it. Prints examples/s of each, the ratio, and the host
+# tier's hit rate. Runs alternate (memory, tiered, memory, ...) so that noise
+# on this shared machine hits both alike.
+#
+#   bench/tier_e2e_bench.sh [--steps N] [--repeats R] [--mode async|sync] [--fraction F]
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+STEPS=200
+REPEATS=1
+MODE=async
+FRACTION=0.1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --steps) STEPS="$2"; shift 2 ;;
+    --repeats) REPEATS="$2"; shift 2 ;;
+    --mode) MODE="$2"; shift 2 ;;
+    --fraction) FRACTION="$2"; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+"$ROOT/scripts/build.sh" --target tessera_master --target tessera_ps --target tessera_trainer >/dev/null
+OUT="$ROOT/run/bench/tier"
+mkdir -p "$OUT"
+CFG="$OUT/w1.json"
+python3 - "$ROOT/bench/configs/w1.json" "$CFG" "$((STEPS + 20))" "$MODE" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["training"]["steps"] = int(sys.argv[3]); c["training"]["consistency"] = sys.argv[4]
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PY
+# Rows x dim x 4 bytes (SGD keeps no optimizer state).
+TABLE_BYTES=$(python3 -c "import json;t=json.load(open('$CFG'))['tables'][0];print(t['num_embeddings']*t['embedding_dim']*4)")
+HOST_BYTES=$(python3 -c "print(int($TABLE_BYTES * $FRACTION))")
+
+run() {  # memory|tiered -> "examples/s hit_rate"
+  local dir="$OUT/$1" flags=""
+  rm -rf "$dir"
+  [ "$1" = tiered ] && flags="--host_bytes $HOST_BYTES --rocksdb_path $dir/rocks{i}"
+  "$ROOT/scripts/launch_local.sh" --ps 1 --trainers 2 --config "$CFG" --run_dir "$dir" --ps_flags "$flags" >/dev/null
+  python3 - "$dir/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+host = s.get("storage", {}).get("t0", {}).get("tiers", {}).get("host", {})
+print(round(s["examples_per_s"]), "%.3f" % host.get("hit_rate", 1.0) if "hit_rate" in host else "-")
+PY
+}
+
+echo "table $TABLE_BYTES bytes, host budget $HOST_BYTES bytes ($FRACTION), $STEPS timed steps, $MODE"
+printf '%-6s %14s %14s %7s %9s\n' mode memory_ex/s tiered_ex/s ratio hit_rate
+for _ in $(seq 1 "$REPEATS"); do
+  read -r m _ <<<"$(run memory)"
+  read -r t hit <<<"$(run tiered)"
+  ratio=$(python3 -c "print('%.2f' % ($t / $m))")
+  printf '%-6s %14s %14s %7s %9s\n' "$MODE" "$m" "$t" "$ratio" "$hit"
+  echo "{\"date\": \"$(date -I)\", \"mode\": \"$MODE\", \"steps\": $STEPS, \"host_fraction\": $FRACTION, \"memory_examples_per_s\": $m, \"tiered_examples_per_s\": $t, \"ratio\": $ratio, \"host_hit_rate\": \"$hit\"}" >>"$OUT/results.jsonl"
+done

@@ -1,0 +1,101 @@
+#include "master/checkpoint_files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+// (step, folder) of every ckpt-* folder under root, oldest first.
+std::vector<std::pair<int64_t, fs::path>> ListCheckpoints(const std::string& root) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("ckpt-", 0) != 0) continue;
+    try {
+      out.emplace_back(std::stoll(name.substr(5)), e.path());
+    } catch (...) {
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Status SyncPath(const std::string& path, bool directory) {
+  const int fd = open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) return Status::Unavailable("cannot open " + path + " to flush it");
+  const int rc = fsync(fd);
+  close(fd);
+  if (rc != 0) return Status::Unavailable("cannot flush " + path + " to disk");
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string CheckpointDir(const std::string& root, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "ckpt-%012lld", static_cast<long long>(step));
+  return (fs::path(root) / name).string();
+}
+
+Status WriteManifest(const std::string& dir, const nlohmann::json& manifest) {
+  const std::string path = dir + "/manifest.json", tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return Status::Unavailable("cannot write " + tmp);
+    out << manifest.dump(2) << "\n";
+    out.flush();
+    if (!out) return Status::ResourceExhausted("short write to " + tmp + " (disk full?)");
+  }
+  TESSERA_RETURN_IF_ERROR(SyncPath(tmp, false));
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return Status::Unavailable("cannot rename " + tmp + ": " + ec.message());
+  return SyncPath(dir, true);
+}
+
+StatusOr<nlohmann::json> FindNewestCheckpoint(const std::string& root, std::string* dir) {
+  auto all = ListCheckpoints(root);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    std::ifstream in(it->second / "manifest.json");
+    if (!in) continue;  // incomplete: interrupted before its manifest
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.contains("step")) continue;
+    *dir = it->second.string();
+    return j;
+  }
+  return Status::NotFound("no complete checkpoint under " + root);
+}
+
+Status PruneCheckpoints(const std::string& root, int keep) {
+  auto all = ListCheckpoints(root);
+  int complete_seen = 0;
+  bool newer_complete = false;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const bool complete = fs::exists(it->second / "manifest.json");
+    bool remove = false;
+    if (complete) {
+      remove = ++complete_seen > keep;
+      newer_complete = true;
+    } else {
+      remove = newer_complete;  // an abandoned attempt older than a good one
+    }
+    if (remove) {
+      std::error_code ec;
+      fs::remove_all(it->second, ec);
+      if (ec) return Status::Unavailable("cannot delete old checkpoint " + it->second.string() + ": " + ec.message());
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace tessera

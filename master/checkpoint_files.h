@@ -1,0 +1,37 @@
+// Checkpoint directories on disk (issue: storage tiers and checkpoints).
+//
+//   <root>/ckpt-<step, 12 digits>/
+//     ps<k>/shard<id>/    one row snapshot per shard (ps/row_snapshot.h)
+//     trainer.params      trainer 0's dense model, dense optimizer state and
+//                         data-parallel tables (common/param_file.h)
+//     manifest.json       written last, atomically: {step, job, plan, shards:
+//                         [{shard_id, path}], trainer_state}
+//
+// A checkpoint is complete only when its manifest exists; one without is the
+// remains of an interrupted checkpoint and is never loaded.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace tessera {
+
+std::string CheckpointDir(const std::string& root, int64_t step);
+
+// Writes manifest.json into dir: to a temporary file, flushed to disk,
+// renamed, and the directory flushed, so it appears whole or not at all.
+Status WriteManifest(const std::string& dir, const nlohmann::json& manifest);
+
+// The newest complete checkpoint under root: its manifest, and its folder in
+// *dir. NOT_FOUND when there is none.
+StatusOr<nlohmann::json> FindNewestCheckpoint(const std::string& root, std::string* dir);
+
+// Deletes all but the `keep` newest complete checkpoints, and incomplete
+// ones older than the newest complete one.
+Status PruneCheckpoints(const std::string& root, int keep);
+
+}  // namespace tessera

@@ -1,0 +1,103 @@
+// The parameter server's side of checkpoints: snapshot its shards at a step
+// boundary, and fill new shards from a checkpoint taken under another plan.
+#include <algorithm>
+#include <filesystem>
+
+#include <glog/logging.h>
+#include <nlohmann/json.hpp>
+
+#include "ps/ps_service.h"
+#include "ps/row_layout.h"
+#include "ps/row_snapshot.h"
+
+namespace tessera {
+
+using nlohmann::json;
+
+StatusOr<json> PsService::Snapshot(const std::string& dir, int64_t step) {
+  {
+    // Sync mode: the step's last push may still be being applied.
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!failure_.ok()) return failure_;
+    const bool sync = job_ && job_->training.consistency == Consistency::kSync;
+    if (sync && !applied_cv_.wait_for(lock, std::chrono::minutes(10), [&] {
+          return applied_steps_ >= static_cast<uint64_t>(step) || !failure_.ok();
+        })) {
+      return Status::DeadlineExceeded("gradients of step " + std::to_string(step - 1) +
+                                      " were not all applied within 10 minutes");
+    }
+    if (!failure_.ok()) return failure_;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::Unavailable("cannot create " + dir + ": " + ec.message());
+  auto shards = Shards();
+  json out = json::array();
+  for (const auto& [id, shard] : *shards) {
+    const ShardSpec& s = shard->spec();
+    const std::string path = dir + "/shard" + std::to_string(id);
+    json meta = {{"table", shard->table().name},   {"shard_id", id},          {"row_offset", s.row_offset},
+                 {"num_rows", s.num_rows},         {"col_offset", s.col_offset}, {"num_cols", s.num_cols},
+                 {"optimizer", shard->table().optimizer.type}, {"row_width", shard->store()->row_width()},
+                 {"step", step}};
+    TESSERA_RETURN_IF_ERROR(WriteSnapshot(*shard->store(), path, meta).WithContext("snapshot of shard " +
+                                                                                      std::to_string(id)));
+    out.push_back({{"shard_id", id}, {"path", path}});
+  }
+  LOG(INFO) << "ps " << ps_rank_.load() << ": snapshot of " << shards->size() << " shard(s) at step " << step << " in "
+            << dir;
+  return out;
+}
+
+Status PsService::Restore(const json& restore, const ShardMap& shards) {
+  constexpr size_t kBatch = 4096;
+  for (const auto& [id, shard] : shards) {
+    const ShardSpec& mine = shard->spec();
+    const RowLayout layout = RowLayout::For(shard->table().optimizer.type);
+    int64_t restored = 0;
+    for (const json& old : restore.at("shards")) {
+      if (old.at("table").get<std::string>() != shard->table().name) continue;
+      const int64_t lo = std::max(mine.row_offset, old.at("row_offset").get<int64_t>());
+      const int64_t hi = std::min(mine.row_offset + mine.num_rows,
+                                  old.at("row_offset").get<int64_t>() + old.at("num_rows").get<int64_t>());
+      const int old_col = old.at("col_offset").get<int>(), old_cols = old.at("num_cols").get<int>();
+      if (lo >= hi || old_col >= mine.col_offset + mine.num_cols || old_col + old_cols <= mine.col_offset) continue;
+      // Rows come in id order from the old snapshot; each batch is merged
+      // into this shard's rows (its columns of them), state included.
+      std::vector<int64_t> ids;
+      std::vector<float> rows;
+      int width = 0;
+      auto flush = [&]() -> Status {
+        if (ids.empty()) return Status::OK();
+        Status st = shard->store()->Update(ids, [&](float* const* dst, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            CopyRowColumns(layout, &rows[i * width], old_col, old_cols, dst[i], mine.col_offset, mine.num_cols);
+          }
+        });
+        restored += static_cast<int64_t>(ids.size());
+        ids.clear();
+        rows.clear();
+        return st;
+      };
+      Status st = ScanSnapshot(old.at("path").get<std::string>(), lo, hi,
+                               [&](int64_t row_id, const float* row, int w) -> Status {
+                                 if (w != layout.Width(old_cols)) {
+                                   return Status::DataLoss("checkpoint row of width " + std::to_string(w) +
+                                                           " does not fit the table's optimizer state");
+                                 }
+                                 width = w;
+                                 ids.push_back(row_id);
+                                 rows.insert(rows.end(), row, row + w);
+                                 return ids.size() >= kBatch ? flush() : Status::OK();
+                               });
+      TESSERA_RETURN_IF_ERROR(st.WithContext("restoring shard " + std::to_string(id) + " from " +
+                                             old.at("path").get<std::string>()));
+      TESSERA_RETURN_IF_ERROR(flush());
+    }
+    LOG(INFO) << "ps " << ps_rank_.load() << ": shard " << id << " of table " << shard->table().name << " restored "
+              << restored << " row slices";
+  }
+  return Status::OK();
+}
+
+}  // namespace tessera

@@ -1,0 +1,86 @@
+// Test-only: a RocksDB Env whose files stop accepting writes after a set
+// number of bytes, failing them as a full disk does (IOStatus::NoSpace).
+#pragma once
+
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+
+namespace tessera {
+
+class FaultFs {
+ public:
+  FaultFs() : fs_(std::make_shared<Fs>(rocksdb::FileSystem::Default())), env_(rocksdb::NewCompositeEnv(fs_)) {}
+
+  rocksdb::Env* env() const { return env_.get(); }
+  // Bytes every writable file together may still append; past that, NoSpace.
+  void SetBytesLeft(int64_t n) { fs_->left.store(n); }
+
+ private:
+  class Fs : public rocksdb::FileSystemWrapper {
+   public:
+    explicit Fs(const std::shared_ptr<rocksdb::FileSystem>& base) : FileSystemWrapper(base) {}
+    const char* Name() const override { return "TesseraFaultFs"; }
+    rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                      std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                      rocksdb::IODebugContext* dbg) override {
+      std::unique_ptr<rocksdb::FSWritableFile> file;
+      rocksdb::IOStatus s = target()->NewWritableFile(f, o, &file, dbg);
+      if (s.ok()) *r = std::make_unique<File>(std::move(file), this);
+      return s;
+    }
+    // Unknown free space keeps RocksDB from starting its own recovery thread
+    // after a NoSpace error (it retries every 5 s); the store's Resume() then
+    // recovers at once, which keeps tests fast.
+    rocksdb::IOStatus GetFreeSpace(const std::string&, const rocksdb::IOOptions&, uint64_t*,
+                                   rocksdb::IODebugContext*) override {
+      return rocksdb::IOStatus::NotSupported("free space unknown");
+    }
+    // Takes n bytes of the allowance, or none and false.
+    bool Take(size_t n) {
+      int64_t have = left.load();
+      do {
+        if (have < static_cast<int64_t>(n)) return false;
+      } while (!left.compare_exchange_weak(have, have - static_cast<int64_t>(n)));
+      return true;
+    }
+    std::atomic<int64_t> left{std::numeric_limits<int64_t>::max()};
+  };
+
+  class File : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> f, Fs* fs) : FSWritableFileOwnerWrapper(std::move(f)), fs_(fs) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& d, const rocksdb::IOOptions& o, rocksdb::IODebugContext* g) override {
+      if (!fs_->Take(d.size())) return rocksdb::IOStatus::NoSpace("injected: disk full");
+      return target()->Append(d, o, g);
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& d, const rocksdb::IOOptions& o,
+                             const rocksdb::DataVerificationInfo& v, rocksdb::IODebugContext* g) override {
+      if (!fs_->Take(d.size())) return rocksdb::IOStatus::NoSpace("injected: disk full");
+      return target()->Append(d, o, v, g);
+    }
+    rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& d, uint64_t off, const rocksdb::IOOptions& o,
+                                       rocksdb::IODebugContext* g) override {
+      if (!fs_->Take(d.size())) return rocksdb::IOStatus::NoSpace("injected: disk full");
+      return target()->PositionedAppend(d, off, o, g);
+    }
+    rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& d, uint64_t off, const rocksdb::IOOptions& o,
+                                       const rocksdb::DataVerificationInfo& v, rocksdb::IODebugContext* g) override {
+      if (!fs_->Take(d.size())) return rocksdb::IOStatus::NoSpace("injected: disk full");
+      return target()->PositionedAppend(d, off, o, v, g);
+    }
+
+   private:
+    Fs* fs_;
+  };
+
+  std::shared_ptr<Fs> fs_;
+  std::unique_ptr<rocksdb::Env> env_;
+};
+
+}  // namespace tessera

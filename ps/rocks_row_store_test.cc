@@ -1,0 +1,261 @@
+// The RocksDB row store: encoding, open modes, range scans, and failures
+// (unwritable directory, full disk) reported as Status with nothing lost.
+// The RowStore contract itself runs in row_store_test.cc.
+#include "ps/rocks_row_store.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+
+#include "ps/rocks_fault_injection.h"
+#include "ps/row_store_stats.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kWidth = 4;
+
+void TestInit(int64_t id, float* row) {
+  for (int i = 0; i < kWidth; ++i) row[i] = static_cast<float>(id) + 0.25f * i;
+}
+
+class RocksRowStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "rocks_row_store_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    chmod(dir_.c_str(), 0755);
+    std::filesystem::remove_all(dir_);
+  }
+  RocksRowStoreOptions Options(const std::string& name = "db") const {
+    RocksRowStoreOptions o;
+    o.rows.row_width = kWidth;
+    o.rows.gather_cols = 2;
+    o.rows.init = TestInit;
+    o.db.path = dir_ + "/" + name;
+    return o;
+  }
+  static RowStoreStats StatsOf(RowStore& s) { return s.Stats(); }
+  static Status FlushOf(RowStore& s) { return s.Flush(); }
+  // Sets every float of the rows of ids to v.
+  static Status Fill(RowStore& s, std::span<const int64_t> ids, float v) {
+    return s.Update(ids, [v](float* const* rows, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) std::fill(rows[i], rows[i] + kWidth, v);
+    });
+  }
+  static float FirstFloat(RowStore& s, int64_t id) {
+    float v = -1;
+    EXPECT_TRUE(s.Read(std::span<const int64_t>(&id, 1), [&](const float* const* rows, int64_t) { v = rows[0][0]; }).ok());
+    return v;
+  }
+  std::string dir_;
+};
+
+TEST(RowEncodingTest, KeysAreBigEndianSoByteOrderIsIdOrder) {
+  char key[kRowKeyBytes];
+  EncodeRowKey(0x0102030405060708LL, key);
+  EXPECT_EQ(std::string(key, 8), std::string("\x01\x02\x03\x04\x05\x06\x07\x08", 8));
+  std::mt19937_64 rng(1);
+  std::vector<int64_t> ids = {0, 1, 255, 256, std::numeric_limits<int64_t>::max()};
+  for (int i = 0; i < 200; ++i) ids.push_back(static_cast<int64_t>(rng() >> 1));
+  for (int64_t a : ids) {
+    char ka[kRowKeyBytes], kb[kRowKeyBytes];
+    EncodeRowKey(a, ka);
+    EXPECT_EQ(DecodeRowKey(ka), a);
+    for (int64_t b : {ids[3], ids[7], ids[100]}) {
+      EncodeRowKey(b, kb);
+      EXPECT_EQ(std::memcmp(ka, kb, kRowKeyBytes) < 0, a < b);
+    }
+  }
+}
+
+TEST(RowEncodingTest, ValuesAreLittleEndianFloats) {
+  const float row[3] = {1.0f, -0.0f, 3.5e-38f};
+  char value[12];
+  EncodeRowValue(row, 3, value);
+  EXPECT_EQ(std::string(value, 4), std::string("\x00\x00\x80\x3f", 4));  // 1.0f = 0x3f800000
+  EXPECT_EQ(std::string(value + 4, 4), std::string("\x00\x00\x00\x80", 4));
+  float back[3];
+  DecodeRowValue(value, 3, back);
+  EXPECT_EQ(std::memcmp(back, row, sizeof(row)), 0);
+}
+
+TEST_F(RocksRowStoreTest, ReadOfUnwrittenRowsWritesNothing) {
+  auto store = OpenRocksRowStore(Options());
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<int64_t> ids = {5, 6, 7};
+  std::vector<float> out(3 * 2);
+  ASSERT_TRUE((*store)->Gather(ids, out.data()).ok());
+  EXPECT_EQ(out[2], 6.0f);
+  EXPECT_EQ(out[3], 6.25f);
+  EXPECT_EQ((*store)->size(), 0);
+  const RowStoreStats st = StatsOf(**store);
+  EXPECT_EQ(st.rocksdb_rows_written, 0);
+  EXPECT_EQ(st.rocksdb_rows_read, 3);
+  EXPECT_EQ(st.tier("rocksdb")->misses, 3);
+}
+
+TEST_F(RocksRowStoreTest, RangeScanVisitsRowsInIdOrder) {
+  RocksRowStoreOptions o = Options();
+  {
+    auto store = OpenRocksRowStore(o);
+    ASSERT_TRUE(store.ok()) << store.status();
+    std::vector<int64_t> ids = {900, 3, 70000, 256, 255, 1, 1LL << 40};
+    ASSERT_TRUE(Fill(**store, ids, 1.0f).ok());
+  }
+  auto db = RowDb::Open(o.db, kWidth);
+  ASSERT_TRUE(db.ok()) << db.status();
+  std::vector<int64_t> seen;
+  ASSERT_TRUE((*db)->Scan(3, 70000, [&](int64_t id, const float* row, int width) {
+    EXPECT_EQ(width, kWidth);
+    EXPECT_EQ(row[0], 1.0f);
+    seen.push_back(id);
+    return Status::OK();
+  }).ok());
+  EXPECT_EQ(seen, (std::vector<int64_t>{3, 255, 256, 900}));
+  seen.clear();
+  ASSERT_TRUE((*db)->Scan(0, std::numeric_limits<int64_t>::max(), [&](int64_t id, const float*, int) {
+    seen.push_back(id);
+    return seen.size() < 2 ? Status::OK() : Status::Cancelled("enough");
+  }).code() == StatusCode::kCancelled);
+  EXPECT_EQ(seen, (std::vector<int64_t>{1, 3}));
+}
+
+TEST_F(RocksRowStoreTest, OpenModes) {
+  RocksRowStoreOptions o = Options();
+  o.db.mode = RowDbOpenMode::kOpenExisting;
+  EXPECT_EQ(OpenRocksRowStore(o).status().code(), StatusCode::kNotFound);
+  o.db.mode = RowDbOpenMode::kCreate;
+  {
+    auto store = OpenRocksRowStore(o);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE(Fill(**store, std::vector<int64_t>{1, 2}, 7.0f).ok());
+  }
+  EXPECT_EQ(OpenRocksRowStore(o).status().code(), StatusCode::kAlreadyExists);
+  o.db.mode = RowDbOpenMode::kOpenExisting;
+  {
+    auto store = OpenRocksRowStore(o);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ((*store)->size(), 2);
+    EXPECT_EQ(FirstFloat(**store, 2), 7.0f);
+  }
+  o.db.mode = RowDbOpenMode::kOverwrite;
+  auto store = OpenRocksRowStore(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->size(), 0);
+  EXPECT_EQ(FirstFloat(**store, 2), 2.0f);
+}
+
+TEST_F(RocksRowStoreTest, OpenWhereNothingCanBeWrittenIsAClearError) {
+  // A path under a regular file cannot be created by anyone, root included.
+  const std::string file = dir_ + "/plain_file";
+  std::ofstream(file) << "x";
+  RocksRowStoreOptions o = Options("plain_file/db");
+  auto store = OpenRocksRowStore(o);
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find(o.db.path), std::string::npos) << store.status();
+
+  // A read-only directory stops everyone but root (tests often run as root).
+  if (geteuid() != 0) {
+    const std::string ro = dir_ + "/read_only";
+    ASSERT_EQ(mkdir(ro.c_str(), 0555), 0);
+    RocksRowStoreOptions r = Options("read_only/db");
+    auto st = OpenRocksRowStore(r);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.status().message().find(r.db.path), std::string::npos) << st.status();
+  }
+}
+
+TEST_F(RocksRowStoreTest, FullDiskWithWalFailsTheUpdateAndLosesNothing) {
+  FaultFs fault;
+  RocksRowStoreOptions o = Options();
+  o.db.env = fault.env();
+  o.db.write_ahead_log = true;  // each Update writes at once, so the failure is the Update's
+  auto store = OpenRocksRowStore(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  fault.SetBytesLeft(4096);
+  int64_t ok_rounds = 0;
+  Status failed;
+  for (int64_t round = 1; round <= 1000 && failed.ok(); ++round) {
+    std::vector<int64_t> ids = {round, round + 10000};
+    failed = Fill(**store, ids, static_cast<float>(round));
+    if (failed.ok()) ok_rounds = round;
+  }
+  ASSERT_FALSE(failed.ok()) << "the injected fault never fired";
+  EXPECT_EQ(failed.code(), StatusCode::kResourceExhausted) << failed;
+  EXPECT_NE(failed.message().find(o.db.path), std::string::npos) << failed;
+  ASSERT_GT(ok_rounds, 0);
+  // Every acknowledged Update is readable; the failed one changed nothing.
+  for (int64_t r = 1; r <= ok_rounds; ++r) ASSERT_EQ(FirstFloat(**store, r), static_cast<float>(r));
+  EXPECT_EQ(FirstFloat(**store, ok_rounds + 1), static_cast<float>(ok_rounds + 1));  // its initial value
+  EXPECT_EQ((*store)->size(), 2 * ok_rounds);
+
+  // Space comes back: the store resumes writing, and everything survives a reopen.
+  fault.SetBytesLeft(std::numeric_limits<int64_t>::max());
+  Status healed = Fill(**store, std::vector<int64_t>{ok_rounds + 1}, -1.0f);
+  ASSERT_TRUE(healed.ok()) << healed;
+  ASSERT_TRUE(FlushOf(**store).ok());
+  store->reset();
+  o.db.mode = RowDbOpenMode::kOpenExisting;
+  auto again = OpenRocksRowStore(o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  for (int64_t r = 1; r <= ok_rounds; ++r) ASSERT_EQ(FirstFloat(**again, r + 10000), static_cast<float>(r));
+  EXPECT_EQ(FirstFloat(**again, ok_rounds + 1), -1.0f);
+}
+
+TEST_F(RocksRowStoreTest, FullDiskWithoutWalFailsTheFlushAndLosesNothing) {
+  FaultFs fault;
+  RocksRowStoreOptions o = Options();
+  o.db.env = fault.env();
+  auto store = OpenRocksRowStore(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < 2000; ++i) ids.push_back(i);
+  ASSERT_TRUE(Fill(**store, ids, 3.0f).ok());  // into the memtable
+  fault.SetBytesLeft(1000);
+  Status st = FlushOf(**store);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find(o.db.path), std::string::npos) << st;
+  EXPECT_EQ(FirstFloat(**store, 1999), 3.0f);  // still readable
+  fault.SetBytesLeft(std::numeric_limits<int64_t>::max());
+  Status healed = FlushOf(**store);
+  ASSERT_TRUE(healed.ok()) << healed;
+  store->reset();
+  auto again = OpenRocksRowStore(o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->size(), 2000);
+  EXPECT_EQ(FirstFloat(**again, 1999), 3.0f);
+}
+
+TEST_F(RocksRowStoreTest, MalformedRowIsDataLoss) {
+  RocksRowStoreOptions o = Options();
+  {
+    auto store = OpenRocksRowStore(o);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE(Fill(**store, std::vector<int64_t>{4}, 1.0f).ok());
+  }
+  RocksRowStoreOptions wide = o;
+  wide.rows.row_width = kWidth + 1;
+  wide.rows.init = [](int64_t, float* row) { std::fill(row, row + kWidth + 1, 0.0f); };
+  auto store = OpenRocksRowStore(wide);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<int64_t> ids = {4};
+  Status st = (*store)->Read(ids, [](const float* const*, int64_t) {});
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st;
+}
+
+}  // namespace
+}  // namespace tessera

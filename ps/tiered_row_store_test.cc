@@ -1,0 +1,328 @@
+// The tiered store's own promises: the budget, write-back of dirty rows only,
+// its counters, its eviction policies, agreement with a memory store under a
+// workload ten times its budget, and full-disk failures. The RowStore
+// contract runs in row_store_test.cc.
+#include "ps/tiered_row_store.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <limits>
+#include <random>
+#include <thread>
+
+#include "ps/rocks_fault_injection.h"
+#include "ps/row_store_stats.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kWidth = 6;  // 4 embedding columns + 2 state floats
+
+void TestInit(int64_t id, float* row) {
+  for (int i = 0; i < kWidth; ++i) row[i] = static_cast<float>(id % 1000) * 0.5f + i;
+}
+
+RowStoreOptions Rows() {
+  RowStoreOptions o;
+  o.row_width = kWidth;
+  o.gather_cols = 4;
+  o.init = TestInit;
+  return o;
+}
+
+std::unique_ptr<RowStore> Open(const TieredRowStoreOptions& o) {
+  auto s = OpenTieredRowStore(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+RowStoreStats StatsOf(const RowStore& s) { return s.Stats(); }
+Status FlushOf(RowStore& s) { return s.Flush(); }
+TierStats Host(const RowStore& s) { return *StatsOf(s).tier("host"); }
+Status ReadAll(RowStore& s, std::vector<int64_t> ids) {
+  return s.Read(ids, [](const float* const*, int64_t) {});
+}
+Status AddTo(RowStore& s, std::vector<int64_t> ids, float delta) {
+  return s.Update(ids, [delta](float* const* rows, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      for (int c = 0; c < kWidth; ++c) rows[i][c] += delta;
+    }
+  });
+}
+std::vector<float> FullRows(RowStore& s, std::span<const int64_t> ids) {
+  std::vector<float> out;
+  EXPECT_TRUE(s.Read(ids, [&](const float* const* rows, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out.insert(out.end(), rows[i], rows[i] + kWidth);
+  }).ok());
+  return out;
+}
+
+class TieredRowStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "tiered_row_store_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  TieredRowStoreOptions Options(int64_t budget_rows, EvictionPolicy policy = EvictionPolicy::kLru) const {
+    TieredRowStoreOptions o;
+    o.rows = Rows();
+    o.db.path = dir_ + "/db";
+    o.host_bytes = budget_rows * HostTierBytesPerRow(kWidth);
+    o.policy = policy;
+    return o;
+  }
+  std::string dir_;
+};
+
+TEST_F(TieredRowStoreTest, BudgetHoldsAfterEveryBatch) {
+  auto store = Open(Options(100));
+  ASSERT_NE(store, nullptr);
+  std::mt19937_64 rng(3);
+  for (int step = 0; step < 300; ++step) {
+    std::vector<int64_t> ids;
+    for (int64_t id = rng() % 40; id < 1000; id += 1 + rng() % 40) ids.push_back(id);  // distinct, <= ~50
+    ASSERT_TRUE((step % 2 ? AddTo(*store, ids, 1.0f) : ReadAll(*store, ids)).ok());
+    const TierStats host = Host(*store);
+    ASSERT_LE(host.bytes_resident, host.byte_budget) << "step " << step;
+    ASSERT_LE(host.rows_resident, 100);
+  }
+  EXPECT_GT(Host(*store).evictions, 0);
+}
+
+TEST_F(TieredRowStoreTest, BatchBiggerThanTheBudgetRunsThenEvicts) {
+  auto store = Open(Options(10));
+  ASSERT_NE(store, nullptr);
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < 100; ++i) ids.push_back(i);
+  ASSERT_TRUE(AddTo(*store, ids, 1.0f).ok());
+  EXPECT_LE(Host(*store).rows_resident, 10);
+  const std::vector<float> rows = FullRows(*store, ids);
+  for (int64_t i = 0; i < 100; ++i) ASSERT_EQ(rows[i * kWidth + 5], static_cast<float>(i) * 0.5f + 5 + 1);
+  EXPECT_LE(Host(*store).rows_resident, 10);
+  EXPECT_EQ(store->size(), 100);
+}
+
+TEST_F(TieredRowStoreTest, OnlyDirtyRowsAreWrittenBack) {
+  auto store = Open(Options(10));
+  ASSERT_NE(store, nullptr);
+  auto range = [](int64_t from) {
+    std::vector<int64_t> ids;
+    for (int64_t i = from; i < from + 10; ++i) ids.push_back(i);
+    return ids;
+  };
+  ASSERT_TRUE(AddTo(*store, range(0), 1.0f).ok());  // 0..9 resident, dirty
+  ASSERT_TRUE(ReadAll(*store, range(100)).ok());    // evicts 0..9: written back
+  RowStoreStats s = StatsOf(*store);
+  EXPECT_EQ(s.rocksdb_rows_written, 10);
+  EXPECT_EQ(s.tier("host")->writebacks, 10);
+  EXPECT_EQ(s.tier("host")->evictions, 10);
+  ASSERT_TRUE(ReadAll(*store, range(0)).ok());    // promoted from RocksDB; 100..109 dropped, never written
+  ASSERT_TRUE(ReadAll(*store, range(200)).ok());  // 0..9 clean now: dropped, not rewritten
+  s = StatsOf(*store);
+  EXPECT_EQ(s.rocksdb_rows_written, 10);
+  EXPECT_EQ(s.tier("host")->evictions, 30);
+  EXPECT_EQ(s.tier("rocksdb")->hits, 10);
+  EXPECT_EQ(s.tier("rocksdb")->rows_resident, 10);
+  EXPECT_EQ(store->size(), 20);  // 0..9 in RocksDB + 200..209 resident (only read)
+  const std::vector<float> rows = FullRows(*store, range(0));
+  EXPECT_EQ(rows[3 * kWidth], 3 * 0.5f + 1);
+}
+
+TEST_F(TieredRowStoreTest, CountsHitsAndMisses) {
+  auto store = Open(Options(100));
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(ReadAll(*store, {1, 2, 3}).ok());
+  ASSERT_TRUE(AddTo(*store, {1, 2, 3}, 1.0f).ok());
+  ASSERT_TRUE(ReadAll(*store, {3, 4}).ok());
+  const RowStoreStats s = StatsOf(*store);
+  EXPECT_EQ(s.tier("host")->hits, 4);
+  EXPECT_EQ(s.tier("host")->misses, 4);
+  EXPECT_EQ(s.tier("host")->rows_resident, 4);
+  EXPECT_EQ(s.tier("host")->bytes_resident, 4 * HostTierBytesPerRow(kWidth));
+  EXPECT_EQ(s.tier("rocksdb")->misses, 4);  // looked up, never written
+  EXPECT_EQ(s.rocksdb_rows_read, 4);
+  EXPECT_EQ(s.rocksdb_rows_written, 0);
+  ASSERT_TRUE(FlushOf(*store).ok());
+  EXPECT_EQ(StatsOf(*store).rocksdb_rows_written, 3);  // the dirty ones
+  EXPECT_EQ(StatsOf(*store).rocksdb_bytes_written, 3 * (8 + 4 * kWidth));
+}
+
+// Budget 4. A is read five times, then B, C, D once each; E needs room. LRU
+// evicts A (touched longest ago), LFU evicts B (fewest touches, oldest among
+// equals); with fast ageing A's old count has faded and LFU evicts A too.
+bool AIsResidentAfterCraftedSequence(const TieredRowStoreOptions& o) {
+  auto store = Open(o);
+  const int64_t A = 1, B = 2, C = 3, D = 4, E = 5;
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(ReadAll(*store, {A}).ok());
+  for (int64_t id : {B, C, D}) EXPECT_TRUE(ReadAll(*store, {id}).ok());
+  EXPECT_TRUE(ReadAll(*store, {E}).ok());
+  EXPECT_EQ(Host(*store).evictions, 1);
+  const int64_t hits = Host(*store).hits;
+  EXPECT_TRUE(ReadAll(*store, {A}).ok());
+  return Host(*store).hits == hits + 1;
+}
+
+TEST_F(TieredRowStoreTest, LruAndLfuPickDifferentVictims) {
+  EXPECT_FALSE(AIsResidentAfterCraftedSequence(Options(4, EvictionPolicy::kLru)));
+  std::filesystem::remove_all(dir_ + "/db");
+  EXPECT_TRUE(AIsResidentAfterCraftedSequence(Options(4, EvictionPolicy::kLfuAging)));
+  std::filesystem::remove_all(dir_ + "/db");
+  TieredRowStoreOptions fading = Options(4, EvictionPolicy::kLfuAging);
+  fading.lfu_halving_accesses = 2;
+  EXPECT_FALSE(AIsResidentAfterCraftedSequence(fading));
+}
+
+// Ten times more rows than the budget, random reads, updates and puts: every
+// value read equals what a memory store gives for the same operations.
+void MatchesMemoryStore(const TieredRowStoreOptions& o) {
+  auto tiered = Open(o);
+  ASSERT_NE(tiered, nullptr);
+  auto memory = NewMemoryRowStore(Rows());
+  std::mt19937_64 rng(11);
+  constexpr int64_t kRows = 1000;
+  for (int step = 0; step < 1500; ++step) {
+    std::vector<int64_t> ids;
+    const int64_t stride = 1 + static_cast<int64_t>(rng() % 60);
+    for (int64_t id = static_cast<int64_t>(rng() % stride); id < kRows; id += stride) ids.push_back(id);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    const int op = static_cast<int>(rng() % 10);
+    if (op < 5) {
+      ASSERT_EQ(FullRows(*tiered, ids), FullRows(*memory, ids)) << step;
+    } else if (op < 9) {
+      const float lr = 0.01f * static_cast<float>(rng() % 100);
+      auto sgd = [lr](float* const* rows, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) {
+          rows[i][4] += rows[i][0] * rows[i][0];  // state moves with the row
+          for (int c = 0; c < 4; ++c) rows[i][c] -= lr * (rows[i][c] - rows[i][5]);
+        }
+      };
+      ASSERT_TRUE(tiered->Update(ids, sgd).ok());
+      ASSERT_TRUE(memory->Update(ids, sgd).ok());
+    } else {
+      std::vector<float> rows(ids.size() * kWidth);
+      for (float& v : rows) v = static_cast<float>(rng() % 1000);
+      ASSERT_TRUE(tiered->Put(ids, rows.data()).ok());
+      ASSERT_TRUE(memory->Put(ids, rows.data()).ok());
+    }
+    ASSERT_LE(Host(*tiered).rows_resident, kRows / 10);
+  }
+  std::vector<int64_t> all;
+  for (int64_t id = 0; id < kRows; ++id) all.push_back(id);
+  EXPECT_EQ(FullRows(*tiered, all), FullRows(*memory, all));
+  EXPECT_GT(Host(*tiered).writebacks, 0);
+}
+
+TEST_F(TieredRowStoreTest, TenTimesTheBudgetMatchesMemoryStoreLru) {
+  MatchesMemoryStore(Options(100, EvictionPolicy::kLru));
+}
+
+TEST_F(TieredRowStoreTest, TenTimesTheBudgetMatchesMemoryStoreLfuAging) {
+  TieredRowStoreOptions o = Options(100, EvictionPolicy::kLfuAging);
+  o.lfu_halving_accesses = 500;
+  MatchesMemoryStore(o);
+}
+
+TEST_F(TieredRowStoreTest, ConcurrentWritersAndReadersUnderEviction) {
+  // Rows start with all columns equal; writers add 1 to every column of
+  // random batches of their own rows, readers check each row they see is
+  // whole. Far more rows than the budget, so batches evict each other's rows.
+  auto store = Open(Options(32));
+  ASSERT_NE(store, nullptr);
+  constexpr int64_t kRows = 512;
+  std::vector<int64_t> all;
+  for (int64_t i = 0; i < kRows; ++i) all.push_back(i);
+  std::vector<float> zeros(kRows * kWidth, 0.0f);
+  ASSERT_TRUE(store->Put(all, zeros.data()).ok());
+  std::vector<std::vector<int>> adds(2, std::vector<int>(kRows, 0));
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937_64 rng(100 + w);
+      for (int round = 0; round < 300; ++round) {
+        std::vector<int64_t> ids;
+        for (int64_t id = w + 2 * static_cast<int64_t>(rng() % 8); id < kRows; id += 2 * (1 + rng() % 16)) ids.push_back(id);
+        if (!AddTo(*store, ids, 1.0f).ok()) ++errors;
+        for (int64_t id : ids) ++adds[w][id];
+      }
+    });
+  }
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      std::mt19937_64 rng(200 + r);
+      while (!done) {
+        std::vector<int64_t> ids;
+        for (int64_t id = static_cast<int64_t>(rng() % 7); id < kRows; id += 1 + rng() % 20) ids.push_back(id);
+        Status st = store->Read(ids, [&](const float* const* rows, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            for (int c = 1; c < kWidth; ++c) torn += rows[i][c] != rows[i][0];
+          }
+        });
+        if (!st.ok()) ++errors;
+      }
+    });
+  }
+  threads[0].join();
+  threads[1].join();
+  done = true;
+  threads[2].join();
+  threads[3].join();
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_EQ(errors.load(), 0);
+  const std::vector<float> rows = FullRows(*store, all);
+  for (int64_t id = 0; id < kRows; ++id) {
+    ASSERT_EQ(rows[id * kWidth], static_cast<float>(adds[id % 2][id])) << id;
+  }
+  EXPECT_GT(Host(*store).evictions, 0);
+}
+
+TEST_F(TieredRowStoreTest, FullDiskFailsTheBatchAndKeepsDirtyRowsInMemory) {
+  FaultFs fault;
+  TieredRowStoreOptions o = Options(16);
+  o.db.env = fault.env();
+  o.db.write_ahead_log = true;  // so write-backs fail at once, not at a later memtable flush
+  auto store = Open(o);
+  ASSERT_NE(store, nullptr);
+  fault.SetBytesLeft(2000);
+  int64_t ok_batches = 0;
+  Status failed;
+  for (int64_t b = 0; b < 100 && failed.ok(); ++b) {
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < 8; ++i) ids.push_back(b * 8 + i);
+    failed = AddTo(*store, ids, static_cast<float>(b + 1));
+    if (failed.ok()) ok_batches = b + 1;
+  }
+  ASSERT_FALSE(failed.ok()) << "the injected fault never fired";
+  EXPECT_EQ(failed.code(), StatusCode::kResourceExhausted) << failed;
+  EXPECT_NE(failed.message().find(o.db.path), std::string::npos) << failed;
+  EXPECT_EQ(FlushOf(*store).code(), StatusCode::kResourceExhausted);
+  // Resident rows are still served while the disk is full.
+  std::vector<int64_t> last;
+  for (int64_t i = 0; i < 8; ++i) last.push_back((ok_batches - 1) * 8 + i);
+  EXPECT_EQ(FullRows(*store, last)[0], static_cast<float>(last[0] % 1000) * 0.5f + static_cast<float>(ok_batches));
+
+  // Space comes back: nothing acknowledged was lost, the failed batch did not apply.
+  fault.SetBytesLeft(std::numeric_limits<int64_t>::max());
+  ASSERT_TRUE(FlushOf(*store).ok());
+  store.reset();
+  o.db.mode = RowDbOpenMode::kOpenExisting;
+  store = Open(o);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->size(), ok_batches * 8);
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < (ok_batches + 1) * 8; ++i) ids.push_back(i);
+  const std::vector<float> rows = FullRows(*store, ids);
+  for (int64_t id : ids) {
+    const float added = id / 8 < ok_batches ? static_cast<float>(id / 8 + 1) : 0.0f;
+    ASSERT_EQ(rows[id * kWidth + 1], static_cast<float>(id % 1000) * 0.5f + 1 + added) << id;
+  }
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,171 @@
+// Checkpoints on real processes: resuming gives the parameters a run that
+// never stopped reaches (also onto more servers than the checkpoint was taken
+// with); a master killed in the middle of a checkpoint leaves the previous one
+// loadable; checkpoints on demand (a command to the master, SIGUSR1).
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/job_config.h"
+#include "tests/integration/dump_reader.h"
+#include "tests/integration/local_cluster.h"
+
+extern char** environ;
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+// Optimizers with state everywhere (Adagrad, row-wise Adagrad, Adam), a
+// row-split and a column-split table (re-cut when the server count changes),
+// a data-parallel table, and an Adam dense optimizer.
+json Config(const std::string& ckpt_dir, int64_t steps, int64_t every) {
+  auto table = [](const std::string& name, int rows, int dim, json optimizer, const std::string& sharding) {
+    return json{{"name", name},        {"num_embeddings", rows},       {"embedding_dim", dim},
+                {"feature_names", {name + "_f"}}, {"optimizer", optimizer}, {"sharding_type", sharding},
+                {"initializer", {{"type", "uniform"}, {"low", -0.1}, {"high", 0.1}}}};
+  };
+  return json{
+      {"name", "checkpoint-test"},
+      {"tables",
+       {table("rows", 97, 6, {{"type", "adagrad"}, {"lr", 0.1}}, "row_wise"),
+        table("cols", 50, 7, {{"type", "adam"}, {"lr", 0.01}}, "column_wise"),
+        table("whole", 40, 4, {{"type", "rowwise_adagrad"}, {"lr", 0.1}}, "table_wise"),
+        table("local", 20, 3, {{"type", "sgd"}, {"lr", 0.1}}, "data_parallel")}},
+      {"model", {{"num_dense_features", 3}, {"bottom_mlp", {8, 4}}, {"top_mlp", {8, 1}}}},
+      {"data", {{"source", "synthetic"}, {"num_examples", 300}, {"ids_per_bag", 3}, {"zipf", 0.9}}},
+      {"training",
+       {{"batch_size", 8},
+        {"steps", steps},
+        {"dense_optimizer", {{"type", "adam"}, {"lr", 0.01}}},
+        {"consistency", "sync"},
+        {"seed", 5},
+        {"log_every", 4}}},
+      {"checkpoint", {{"dir", ckpt_dir}, {"every_steps", every}, {"keep", 3}}},
+      {"runtime", {{"heartbeat_ms", 200}, {"peer_timeout_ms", 3000}}}};
+}
+
+// Runs a job to its end; returns the master's exit code.
+int RunJob(testing::LocalCluster& cluster, const json& config, int num_ps, std::vector<std::string> master_args) {
+  Status st = cluster.StartJob(config, num_ps, 2, master_args);
+  EXPECT_TRUE(st.ok()) << st;
+  return cluster.Wait("master", milliseconds(120000));
+}
+
+class ResumeTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ResumeTest, ResumedRunMatchesARunThatNeverStopped) {
+  const int resume_servers = GetParam();
+  const std::string root = std::filesystem::temp_directory_path() / ("tessera_resume_" + std::to_string(getpid()) +
+                                                                      "_" + std::to_string(resume_servers));
+  std::filesystem::remove_all(root);
+
+  // A: 12 steps straight.
+  testing::LocalCluster a("resume_a");
+  ASSERT_EQ(RunJob(a, Config(root + "/a", 12, 0), 2, {"--dump_dir", a.dir() + "/dump"}), 0) << a.Log("master");
+  // B: 8 steps with a checkpoint at step 6, on 2 servers.
+  testing::LocalCluster b("resume_b");
+  ASSERT_EQ(RunJob(b, Config(root + "/b", 8, 6), 2, {}), 0) << b.Log("master");
+  ASSERT_TRUE(std::filesystem::exists(root + "/b/ckpt-000000000006/manifest.json")) << b.Log("master");
+  // C: resume B's checkpoint, on resume_servers servers, to step 12.
+  testing::LocalCluster c("resume_c");
+  ASSERT_EQ(RunJob(c, Config(root + "/b", 12, 0), resume_servers, {"--resume", "--dump_dir", c.dir() + "/dump"}), 0)
+      << c.Log("master") << c.Log("ps0") << c.Log("trainer0");
+  EXPECT_NE(c.Log("master").find("resuming from"), std::string::npos);
+  const auto metrics = c.Metrics(0);
+  ASSERT_EQ(metrics.size(), 6u);
+  EXPECT_EQ(metrics.front()["step"], 6);
+
+  auto job = ParseJobConfigJson(Config("", 12, 0), "");
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto da = testing::ReadDump(a.dir() + "/dump", *job);
+  auto dc = testing::ReadDump(c.dir() + "/dump", *job);
+  ASSERT_TRUE(da.ok() && dc.ok()) << da.status() << dc.status();
+  std::string where;
+  const double diff = testing::MaxDifference(*da, *dc, &where);
+  std::cout << "resume onto " << resume_servers << " servers: max |resumed - straight| = " << diff << " (" << where
+            << ")\n";
+  EXPECT_LT(diff, 1e-5) << where;
+  EXPECT_GT(da->rows["rows"].size(), 50u);
+  std::filesystem::remove_all(root);
+}
+
+INSTANTIATE_TEST_SUITE_P(Servers, ResumeTest, ::testing::Values(2, 3),
+                         [](const auto& info) { return "onto_" + std::to_string(info.param) + "_servers"; });
+
+TEST(CheckpointTest, MasterKilledMidCheckpointLeavesThePreviousOneLoadable) {
+  const std::string root =
+      std::filesystem::temp_directory_path() / ("tessera_crash_ckpt_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  testing::LocalCluster first("crash_first");
+  // Checkpoints at steps 3 and 6; the master dies inside the second.
+  const int code = RunJob(first, Config(root, 50, 3), 2, {"--test_crash_in_checkpoint", "2"});
+  EXPECT_EQ(code, 9) << first.Log("master");
+  for (const char* p : {"ps0", "ps1", "trainer0", "trainer1"}) {
+    EXPECT_NE(first.Wait(p, milliseconds(20000)), -1) << p << " outlived its master";
+  }
+  EXPECT_TRUE(std::filesystem::exists(root + "/ckpt-000000000003/manifest.json"));
+  EXPECT_TRUE(std::filesystem::exists(root + "/ckpt-000000000006/ps0"));  // the interrupted one
+  EXPECT_FALSE(std::filesystem::exists(root + "/ckpt-000000000006/manifest.json"));
+
+  testing::LocalCluster second("crash_second");
+  ASSERT_EQ(RunJob(second, Config(root, 10, 0), 2, {"--resume"}), 0) << second.Log("master") << second.Log("ps0");
+  EXPECT_NE(second.Log("master").find("at step 3"), std::string::npos) << second.Log("master");
+  EXPECT_EQ(second.Metrics(0).front()["step"], 3);
+  std::filesystem::remove_all(root);
+}
+
+TEST(CheckpointTest, OnDemandByCommandAndBySignal) {
+  const std::string root = std::filesystem::temp_directory_path() / ("tessera_ondemand_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  testing::LocalCluster cluster("on_demand");
+  ASSERT_TRUE(cluster.StartJob(Config(root, 1000000, 0), 1, 2).ok());
+  for (int i = 0; i < 600 && cluster.Metrics(0).size() < 10; ++i) std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_GE(cluster.Metrics(0).size(), 10u) << cluster.Log("master");
+
+  // tessera_master --control checkpoint --master <address>
+  std::string endpoint;
+  std::ifstream(cluster.dir() + "/master.endpoint") >> endpoint;
+  std::vector<std::string> args = {TESSERA_MASTER_BIN, "--control", "checkpoint", "--master", endpoint};
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  auto wait_for_checkpoints = [&](size_t n) {
+    for (int i = 0; i < 400; ++i) {
+      size_t count = 0;
+      std::error_code ec;  // the folder appears with the first checkpoint
+      for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+        count += std::filesystem::exists(e.path() / "manifest.json");
+      }
+      if (count >= n) return true;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    return false;
+  };
+  EXPECT_TRUE(wait_for_checkpoints(1)) << cluster.Log("master");
+  cluster.Kill("master", SIGUSR1);
+  EXPECT_TRUE(wait_for_checkpoints(2)) << cluster.Log("master");
+  // Training goes on after each.
+  const size_t steps = cluster.Metrics(0).size();
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_GT(cluster.Metrics(0).size(), steps);
+  cluster.Kill("master", SIGTERM);
+  EXPECT_EQ(cluster.Wait("master", milliseconds(20000)), 1);
+  std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,95 @@
+#include "tests/integration/dump_reader.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::testing {
+
+using nlohmann::json;
+
+StatusOr<Dump> ReadDump(const std::string& dir, const JobConfig& job) {
+  Dump d;
+  auto table_index = [&](const std::string& name) {
+    for (size_t t = 0; t < job.tables.size(); ++t) {
+      if (job.tables[t].name == name) return static_cast<int>(t);
+    }
+    return -1;
+  };
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("shard", 0) != 0) continue;
+    TESSERA_ASSIGN_OR_RETURN(auto arrays, ReadParamFile(entry.path().string()));
+    const json meta = json::parse(FindParam(arrays, "meta")->bytes);
+    const std::string table = meta["table"];
+    const int t = table_index(table);
+    if (t < 0) return Status::DataLoss("dump names unknown table " + table);
+    const int col_offset = meta["col_offset"], num_cols = meta["num_cols"], width = meta["row_width"];
+    const ParamArray* ids = FindParam(arrays, "ids");
+    const ParamArray* rows = FindParam(arrays, "rows");
+    for (size_t i = 0; i < ids->i64.size(); ++i) {
+      auto& row = d.rows[table][ids->i64[i]];
+      row.resize(job.tables[t].embedding_dim, NAN);
+      for (int c = 0; c < num_cols; ++c) row[col_offset + c] = rows->f32[i * width + c];
+    }
+  }
+  if (std::filesystem::exists(dir + "/dp.params")) {
+    TESSERA_ASSIGN_OR_RETURN(auto dp, ReadParamFile(dir + "/dp.params"));
+    for (const ParamArray& a : dp) {
+      const std::string table = a.name.substr(3, a.name.size() - 3 - 5);  // "dp.<table>.rows"
+      const int t = table_index(table);
+      if (t < 0) return Status::DataLoss("dump names unknown table " + table);
+      const int dim = job.tables[t].embedding_dim;
+      for (int64_t row = 0; row < a.rows; ++row) {
+        d.rows[table][row].assign(a.f32.begin() + row * a.cols, a.f32.begin() + row * a.cols + dim);
+      }
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(d.dense, ReadParamFile(dir + "/dense.params"));
+  return d;
+}
+
+double MaxDifference(const Dump& a, const Dump& b, std::string* where) {
+  double worst = 0;
+  auto note = [&](double diff, const std::string& what) {
+    if (!(diff <= worst)) {  // NaN counts as worst
+      worst = std::isnan(diff) ? INFINITY : diff;
+      *where = what;
+    }
+  };
+  for (const auto& [table, rows] : a.rows) {
+    auto other = b.rows.find(table);
+    for (const auto& [id, row] : rows) {
+      const std::vector<float>* o = nullptr;
+      if (other != b.rows.end()) {
+        auto it = other->second.find(id);
+        if (it != other->second.end()) o = &it->second;
+      }
+      if (o == nullptr) {
+        note(INFINITY, table + " row " + std::to_string(id) + " missing from one dump");
+        continue;
+      }
+      for (size_t c = 0; c < row.size(); ++c) {
+        note(std::fabs(row[c] - (*o)[c]), table + " row " + std::to_string(id) + " col " + std::to_string(c));
+      }
+    }
+  }
+  for (const auto& [table, rows] : b.rows) {
+    for (const auto& [id, row] : rows) {
+      auto t = a.rows.find(table);
+      if (t == a.rows.end() || !t->second.count(id)) note(INFINITY, table + " row " + std::to_string(id) + " missing");
+    }
+  }
+  for (const ParamArray& p : a.dense) {
+    const ParamArray* q = FindParam(b.dense, p.name);
+    if (q == nullptr || q->f32.size() != p.f32.size()) {
+      note(INFINITY, "dense " + p.name + " missing");
+      continue;
+    }
+    for (size_t k = 0; k < p.f32.size(); ++k) note(std::fabs(p.f32[k] - q->f32[k]), "dense " + p.name);
+  }
+  return worst;
+}
+
+}  // namespace tessera::testing
