@@ -3,6 +3,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "kernels/device_choice.h"
 #include "ps/parameter_server.h"
 
 DEFINE_string(master, "", "The master's address, tcp://HOST:PORT");
@@ -13,6 +14,8 @@ DEFINE_string(host_group, "", "Host group for table_row_wise placement (default:
 DEFINE_int64(memory_bytes, 0, "Bytes of embedding rows this server may hold, for the planner (0: no limit)");
 DEFINE_string(rocksdb_path, "", "Keep rows that do not fit in --host_bytes in RocksDB under this folder");
 DEFINE_int64(host_bytes, int64_t{1} << 30, "With --rocksdb_path: host memory for rows (split among shards by size)");
+DEFINE_string(device, "cpu", "cpu, auto (a GPU if usable, else the CPU) or cuda:N");
+DEFINE_int64(gpu_bytes, 0, "GPU memory for the hottest rows (the GPU tier; not built yet, must be 0)");
 DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
 
 int main(int argc, char** argv) {
@@ -20,6 +23,17 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+
+  auto device = tessera::kernels::ChooseDevice(FLAGS_device, "parameter server");
+  if (!device.ok()) {
+    LOG(ERROR) << "parameter server failed to start: " << device.status();
+    return 1;
+  }
+  if (FLAGS_gpu_bytes != 0) {
+    LOG(ERROR) << "parameter server failed to start: --gpu_bytes " << FLAGS_gpu_bytes
+               << ": the GPU tier is not built yet; use --host_bytes and --rocksdb_path";
+    return 1;
+  }
 
   tessera::ParameterServerOptions options;
   options.master = FLAGS_master;

@@ -3,6 +3,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "kernels/device_choice.h"
 #include "trainer/trainer.h"
 
 DEFINE_string(master, "", "The master's address, tcp://HOST:PORT");
@@ -11,6 +12,7 @@ DEFINE_int32(world, 1, "Number of trainers in the job");
 DEFINE_string(metrics_file, "", "Write one JSON line of metrics per step here");
 DEFINE_string(host, "127.0.0.1", "Address of this trainer for the collective (its peers connect here)");
 DEFINE_int32(blas_threads, 1, "BLAS threads for the dense layers");
+DEFINE_string(device, "cpu", "cpu, auto (a GPU if usable, else the CPU) or cuda:N");
 DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
 
 int main(int argc, char** argv) {
@@ -18,6 +20,12 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+
+  auto device = tessera::kernels::ChooseDevice(FLAGS_device, "trainer");
+  if (!device.ok()) {
+    LOG(ERROR) << "trainer failed to start: " << device.status();
+    return 1;
+  }
 
   tessera::TrainerOptions options;
   options.master = FLAGS_master;
