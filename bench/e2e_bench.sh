@@ -7,27 +7,33 @@
 #       20 Zipf(1.05) ids per trainer; MLP 512-256-1 on the pooled embedding; SGD
 #   W2: the same with 8 tables of 200,000 rows on 2 parameter servers
 #
-#   bench/e2e_bench.sh [--steps N] [--mode async|sync] [--workloads "w1 w2"] [--repeats R]
+#   bench/e2e_bench.sh [--steps N] [--mode async|sync] [--prefetch] [--workloads "w1 w2"] [--repeats R]
 #
 # Both systems time their steps after a warm-up (the peer: --warmup 20; Tessera:
 # the first 20 steps). Tessera runs async by default, the peer's own
-# (Hogwild-like) semantics; --mode sync runs Tessera's synchronous mode.
+# (Hogwild-like) semantics; --mode sync runs Tessera's synchronous mode;
+# --prefetch sends each step's lookups during the step before (training.prefetch:
+# a staleness of one step, async only).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEER="${TESSERA_PEER:-$ROOT/../shared/peers/torch_rpc_ps.py}"
 STEPS=200
 MODE=async
+PREFETCH=0
 WORKLOADS="w1 w2"
 REPEATS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;
     --mode) MODE="$2"; shift 2 ;;
+    --prefetch) PREFETCH=1; shift ;;
     --workloads) WORKLOADS="$2"; shift 2 ;;
     --repeats) REPEATS="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
+LABEL="$MODE"
+[ "$PREFETCH" = 1 ] && LABEL="$MODE+pf"
 "$ROOT/scripts/build.sh" --target tessera_master --target tessera_ps --target tessera_trainer >/dev/null
 OUT="$ROOT/run/bench"
 mkdir -p "$OUT"
@@ -35,9 +41,9 @@ mkdir -p "$OUT"
 tessera_run() {  # workload -> examples/s
   local w="$1" ps=1 cfg="$OUT/$1.json"
   [ "$w" = w2 ] && ps=2
-  python3 - "$ROOT/bench/configs/$w.json" "$cfg" "$((STEPS + 20))" "$MODE" <<'PY'
+  python3 - "$ROOT/bench/configs/$w.json" "$cfg" "$((STEPS + 20))" "$MODE" "$PREFETCH" <<'PY'
 import json, sys
-c = json.load(open(sys.argv[1])); c["training"]["steps"] = int(sys.argv[3]); c["training"]["consistency"] = sys.argv[4]
+c = json.load(open(sys.argv[1])); c["training"]["steps"] = int(sys.argv[3]); c["training"]["consistency"] = sys.argv[4]; c["training"]["prefetch"] = sys.argv[5] == "1"
 json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
   "$ROOT/scripts/launch_local.sh" --ps "$ps" --trainers 2 --config "$cfg" --run_dir "$OUT/tessera_$w" >/dev/null
@@ -55,13 +61,13 @@ peer_run() {  # workload -> examples/s
     python3 -c "import json,sys;print(round(json.loads(sys.stdin.read())['examples_per_s']))"
 }
 
-printf '%-4s %-6s %14s %14s %7s\n' load mode tessera_ex/s peer_ex/s ratio
+printf '%-4s %-8s %14s %14s %7s\n' load mode tessera_ex/s peer_ex/s ratio
 for w in $WORKLOADS; do
   for _ in $(seq 1 "$REPEATS"); do
     t=$(tessera_run "$w")
     p=$(peer_run "$w")
     ratio=$(python3 -c "print('%.2f' % ($t / $p))" 2>/dev/null || echo n/a)
-    printf '%-4s %-6s %14s %14s %7s\n' "$w" "$MODE" "$t" "$p" "$ratio"
-    echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$MODE\", \"steps\": $STEPS, \"tessera_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\", \"ratio\": \"$ratio\"}" >>"$OUT/results.jsonl"
+    printf '%-4s %-8s %14s %14s %7s\n' "$w" "$LABEL" "$t" "$p" "$ratio"
+    echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$LABEL\", \"steps\": $STEPS, \"tessera_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\", \"ratio\": \"$ratio\"}" >>"$OUT/results.jsonl"
   done
 done

@@ -6,29 +6,33 @@
 # tier's hit rate. Runs alternate (memory, tiered, memory, ...) so that noise
 # on this shared machine hits both alike.
 #
-#   bench/tier_e2e_bench.sh [--steps N] [--repeats R] [--mode async|sync] [--fraction F]
+#   bench/tier_e2e_bench.sh [--steps N] [--repeats R] [--mode async|sync] [--prefetch] [--fraction F]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STEPS=200
 REPEATS=1
 MODE=async
+PREFETCH=0
 FRACTION=0.1
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;
     --repeats) REPEATS="$2"; shift 2 ;;
     --mode) MODE="$2"; shift 2 ;;
+    --prefetch) PREFETCH=1; shift ;;
     --fraction) FRACTION="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
+LABEL="$MODE"
+[ "$PREFETCH" = 1 ] && LABEL="$MODE+pf"
 "$ROOT/scripts/build.sh" --target tessera_master --target tessera_ps --target tessera_trainer >/dev/null
 OUT="$ROOT/run/bench/tier"
 mkdir -p "$OUT"
 CFG="$OUT/w1.json"
-python3 - "$ROOT/bench/configs/w1.json" "$CFG" "$((STEPS + 20))" "$MODE" <<'PY'
+python3 - "$ROOT/bench/configs/w1.json" "$CFG" "$((STEPS + 20))" "$MODE" "$PREFETCH" <<'PY'
 import json, sys
-c = json.load(open(sys.argv[1])); c["training"]["steps"] = int(sys.argv[3]); c["training"]["consistency"] = sys.argv[4]
+c = json.load(open(sys.argv[1])); c["training"]["steps"] = int(sys.argv[3]); c["training"]["consistency"] = sys.argv[4]; c["training"]["prefetch"] = sys.argv[5] == "1"
 json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
 # Rows x dim x 4 bytes (SGD keeps no optimizer state).
@@ -49,11 +53,11 @@ PY
 }
 
 echo "table $TABLE_BYTES bytes, host budget $HOST_BYTES bytes ($FRACTION), $STEPS timed steps, $MODE"
-printf '%-6s %14s %14s %7s %9s\n' mode memory_ex/s tiered_ex/s ratio hit_rate
+printf '%-8s %14s %14s %7s %9s\n' mode memory_ex/s tiered_ex/s ratio hit_rate
 for _ in $(seq 1 "$REPEATS"); do
   read -r m _ <<<"$(run memory)"
   read -r t hit <<<"$(run tiered)"
   ratio=$(python3 -c "print('%.2f' % ($t / $m))")
-  printf '%-6s %14s %14s %7s %9s\n' "$MODE" "$m" "$t" "$ratio" "$hit"
-  echo "{\"date\": \"$(date -I)\", \"mode\": \"$MODE\", \"steps\": $STEPS, \"host_fraction\": $FRACTION, \"memory_examples_per_s\": $m, \"tiered_examples_per_s\": $t, \"ratio\": $ratio, \"host_hit_rate\": \"$hit\"}" >>"$OUT/results.jsonl"
+  printf '%-8s %14s %14s %7s %9s\n' "$LABEL" "$m" "$t" "$ratio" "$hit"
+  echo "{\"date\": \"$(date -I)\", \"mode\": \"$LABEL\", \"steps\": $STEPS, \"host_fraction\": $FRACTION, \"memory_examples_per_s\": $m, \"tiered_examples_per_s\": $t, \"ratio\": $ratio, \"host_hit_rate\": \"$hit\"}" >>"$OUT/results.jsonl"
 done

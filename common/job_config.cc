@@ -204,7 +204,7 @@ Status ParseData(const json& j, DataConfig* d, const std::string& base_dir) {
 Status ParseTraining(const json& j, TrainingConfig* t) {
   JsonFields f(j, "training");
   TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"batch_size", "steps", "epochs", "dense_optimizer", "sparse_optimizer",
-                                      "consistency", "seed", "log_every"}));
+                                      "consistency", "prefetch", "seed", "log_every"}));
   TESSERA_RETURN_IF_ERROR(f.Int("batch_size", &t->batch_size, true, 1, 1 << 24));
   TESSERA_RETURN_IF_ERROR(f.Int("steps", &t->steps, false, 0, kMaxI64));
   TESSERA_RETURN_IF_ERROR(f.Int("epochs", &t->epochs, false, 0, 1 << 20));
@@ -223,6 +223,11 @@ Status ParseTraining(const json& j, TrainingConfig* t) {
     t->consistency = Consistency::kAsync;
   } else {
     return Status::InvalidArgument("training.consistency: must be 'sync' or 'async', got '" + mode + "'");
+  }
+  TESSERA_RETURN_IF_ERROR(f.Bool("prefetch", &t->prefetch, false));
+  if (t->prefetch && t->consistency != Consistency::kAsync) {
+    return Status::InvalidArgument(
+        "training.prefetch: needs consistency 'async' (a prefetched lookup cannot see the step before it)");
   }
   int64_t seed = 0;
   TESSERA_RETURN_IF_ERROR(f.Int("seed", &seed, false, 0, kMaxI64));
@@ -484,6 +489,7 @@ json JobConfig::ToJson() const {
         {"dense_optimizer", OptimizerToJson(training.dense_optimizer)},
         {"sparse_optimizer", OptimizerToJson(training.sparse_optimizer)},
         {"consistency", ConsistencyName(training.consistency)},
+        {"prefetch", training.prefetch},
         {"seed", training.seed},
         {"log_every", training.log_every}}},
       {"checkpoint", {{"dir", checkpoint.dir}, {"every_steps", checkpoint.every_steps}, {"keep", checkpoint.keep}}},

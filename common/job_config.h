@@ -117,6 +117,10 @@ struct TrainingConfig {
   OptimizerSpec dense_optimizer;
   OptimizerSpec sparse_optimizer;  // default of every table
   Consistency consistency = Consistency::kSync;
+  // Async only: each trainer sends step s+1's lookups before step s's dense
+  // compute, so they travel while it computes; they may miss this trainer's
+  // own step-s update (a staleness of one step).
+  bool prefetch = false;
   uint64_t seed = 0;
   int64_t log_every = 10;  // master prints progress every this many steps
 };

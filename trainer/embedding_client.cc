@@ -105,53 +105,63 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
   }
 }
 
-Status EmbeddingClient::Lookup(uint64_t step, const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* out) {
+Status EmbeddingClient::StartLookup(uint64_t step, const KeyedJaggedTensor& kjt, bool inference) {
   TESSERA_RETURN_IF_ERROR(kjt.Validate());
+  if (pending_.size() >= 2) return Status::FailedPrecondition("more than two lookups in flight");
   const int F = static_cast<int>(features_.size());
   const auto value_offsets = kjt.FeatureValueOffsets();
   std::vector<ServerRequest> requests(ps_peers_.size());
-  out->resize(F);
+  LookupState st;
+  st.step = step;
+  st.batch = kjt.batch_size;
+  st.out_rows.assign(F, 0);
   for (int f = 0; f < F; ++f) {
     if (routes_[f].local) continue;
     const int key = kjt.KeyIndex(features_[f]);
     if (key < 0) return Status::InvalidArgument("the batch has no feature '" + features_[f] + "'");
     RouteFeature(f, kjt, key, value_offsets, &requests);
-    const int64_t rows = routes_[f].pooled ? kjt.batch_size : value_offsets[key + 1] - value_offsets[key];
-    (*out)[f].assign(rows * routes_[f].dim, 0.0f);
+    st.out_rows[f] = routes_[f].pooled ? kjt.batch_size : value_offsets[key + 1] - value_offsets[key];
   }
-
-  step_ = step;
-  batch_ = kjt.batch_size;
-  last_lookup_bytes_ = 0;
-  last_reply_bytes_ = 0;
-  step_routes_.assign(ps_peers_.size(), {});
-  std::vector<RpcFuture> futures;
-  std::vector<size_t> expected(ps_peers_.size(), 0);
+  st.bag_lengths = bag_lengths_;
+  st.routes.assign(ps_peers_.size(), {});
+  st.expected.assign(ps_peers_.size(), 0);
   for (size_t p = 0; p < requests.size(); ++p) {
     ServerRequest& req = requests[p];
-    for (const EntryRoute& r : req.routes) expected[p] += r.out_rows * r.shard->num_cols;
-    last_lookup_bytes_ += req.entries.size() * sizeof(LookupEntry) + req.ids.size() * 8 + req.lengths.size() * 4 +
-                          req.weights.size() * 4;
-    last_reply_bytes_ += static_cast<int64_t>(expected[p] * sizeof(float));
-    step_routes_[p] = std::move(req.routes);
+    for (const EntryRoute& r : req.routes) st.expected[p] += r.out_rows * r.shard->num_cols;
+    st.bytes_sent += req.entries.size() * sizeof(LookupEntry) + req.ids.size() * 8 + req.lengths.size() * 4 +
+                     req.weights.size() * 4;
+    st.bytes_received += static_cast<int64_t>(st.expected[p] * sizeof(float));
+    st.routes[p] = std::move(req.routes);
     LookupMeta meta{options_.trainer, inference ? kLookupNoContext : 0u, step};
     Message m = EncodeLookupRequest(meta, std::move(req.entries), std::move(req.lengths), std::move(req.ids),
                                     std::move(req.weights));
     m.header.plan_version = plan_.version;
-    futures.push_back(client_->Call(ps_peers_[p], std::move(m), options_.timeout));
+    st.futures.push_back(client_->Call(ps_peers_[p], std::move(m), options_.timeout));
   }
+  pending_.push_back(std::move(st));
+  return Status::OK();
+}
 
+Status EmbeddingClient::FinishLookup(FeatureOutputs* out) {
+  if (pending_.empty()) return Status::FailedPrecondition("no lookup in flight");
+  LookupState st = std::move(pending_.front());
+  pending_.pop_front();
+  const int F = static_cast<int>(features_.size());
+  out->resize(F);
+  for (int f = 0; f < F; ++f) {
+    if (!routes_[f].local) (*out)[f].assign(st.out_rows[f] * routes_[f].dim, 0.0f);
+  }
   Status first_error;
-  for (size_t p = 0; p < futures.size(); ++p) {
-    auto reply = futures[p].Wait();
+  for (size_t p = 0; p < st.futures.size(); ++p) {
+    auto reply = st.futures[p].Wait();
     ArrayFrame<float> values;
-    Status st = reply.ok() ? DecodeLookupResponse(*reply, expected[p], &values) : reply.status();
-    if (!st.ok()) {
-      if (first_error.ok()) first_error = st.WithContext("lookup on parameter server " + std::to_string(p));
+    Status status = reply.ok() ? DecodeLookupResponse(*reply, st.expected[p], &values) : reply.status();
+    if (!status.ok()) {
+      if (first_error.ok()) first_error = status.WithContext("lookup on parameter server " + std::to_string(p));
       continue;
     }
     const float* v = values.data();
-    for (const EntryRoute& r : step_routes_[p]) {
+    for (const EntryRoute& r : st.routes[p]) {
       const int cols = r.shard->num_cols, dim = routes_[r.feature].dim, off = r.shard->col_offset;
       float* dst = (*out)[r.feature].data();
       const bool scatter = !r.positions.empty();
@@ -164,18 +174,22 @@ Status EmbeddingClient::Lookup(uint64_t step, const KeyedJaggedTensor& kjt, bool
       v += r.out_rows * cols;
     }
   }
+  st.futures.clear();
   TESSERA_RETURN_IF_ERROR(first_error);
 
   for (int f = 0; f < F; ++f) {
     if (!(routes_[f].row_split && routes_[f].mean)) continue;
     const int dim = routes_[f].dim;
-    for (int64_t b = 0; b < batch_; ++b) {
-      const int32_t len = bag_lengths_[f][b];
+    for (int64_t b = 0; b < st.batch; ++b) {
+      const int32_t len = st.bag_lengths[f][b];
       if (len <= 0) continue;
       const float inv = 1.0f / static_cast<float>(len);
       for (int c = 0; c < dim; ++c) (*out)[f][b * dim + c] *= inv;
     }
   }
+  last_lookup_bytes_ = st.bytes_sent;
+  last_reply_bytes_ = st.bytes_received;
+  current_ = std::move(st);
   return Status::OK();
 }
 
@@ -186,7 +200,7 @@ Status EmbeddingClient::StartPush(const FeatureOutputs& grads) {
   for (size_t p = 0; p < ps_peers_.size(); ++p) {
     std::vector<PushEntry> entries;
     std::vector<float> values;
-    for (const EntryRoute& r : step_routes_[p]) {
+    for (const EntryRoute& r : current_.routes[p]) {
       const FeatureRoute& fr = routes_[r.feature];
       const int cols = r.shard->num_cols, off = r.shard->col_offset;
       entries.push_back(PushEntry{r.shard->shard_id, static_cast<uint32_t>(r.out_rows), static_cast<uint32_t>(cols), 0});
@@ -198,7 +212,7 @@ Status EmbeddingClient::StartPush(const FeatureOutputs& grads) {
         const float* s = g + dst_row * fr.dim + off;
         if (mean_partial) {
           // The server pooled this bag by SUM; the mean's 1/len is applied here.
-          const int32_t len = bag_lengths_[r.feature][dst_row];
+          const int32_t len = current_.bag_lengths[r.feature][dst_row];
           const float scale = len > 0 ? 1.0f / static_cast<float>(len) : 0.0f;
           for (int c = 0; c < cols; ++c) values.push_back(s[c] * scale);
         } else {
@@ -206,7 +220,7 @@ Status EmbeddingClient::StartPush(const FeatureOutputs& grads) {
         }
       }
     }
-    Message m = EncodePushRequest(PushMeta{options_.trainer, 0, step_}, std::move(entries), std::move(values));
+    Message m = EncodePushRequest(PushMeta{options_.trainer, 0, current_.step}, std::move(entries), std::move(values));
     m.header.plan_version = plan_.version;
     futures.push_back(client_->Call(ps_peers_[p], std::move(m), options_.timeout));
   }

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "common/job_config.h"
@@ -46,10 +47,19 @@ class EmbeddingClient {
   // Looks up every feature of `kjt` held by parameter servers for `step`
   // (data-parallel features are left alone: trainer/data_parallel_tables.h
   // fills them). inference: no backward context is opened (evaluation).
-  Status Lookup(uint64_t step, const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* out);
+  Status Lookup(uint64_t step, const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* out) {
+    TESSERA_RETURN_IF_ERROR(StartLookup(step, kjt, inference));
+    return FinishLookup(out);
+  }
+  // The same in two halves, so that the next step's lookup can travel while
+  // this step computes: StartLookup sends the requests (at most two lookups
+  // in flight), FinishLookup waits for the oldest one and assembles it; its
+  // step is the one the next StartPush answers.
+  Status StartLookup(uint64_t step, const KeyedJaggedTensor& kjt, bool inference);
+  Status FinishLookup(FeatureOutputs* out);
 
   // Sends d(loss)/d(output) of every feature for the step of the last
-  // Lookup() without waiting; WaitPush() waits until every server accepted
+  // finished lookup without waiting; WaitPush() waits until every server accepted
   // it. The trainer overlaps the dense allreduce with the push this way.
   Status StartPush(const FeatureOutputs& grads);
   Status WaitPush();
@@ -102,11 +112,21 @@ class EmbeddingClient {
   std::vector<std::string> features_;
   std::vector<FeatureRoute> routes_;
 
-  // State of the last Lookup(), used by PushGradients().
-  uint64_t step_ = 0;
-  int64_t batch_ = 0;
-  std::vector<std::vector<EntryRoute>> step_routes_;  // per server
-  std::vector<std::vector<int32_t>> bag_lengths_;    // per feature, for MEAN over row shards
+  // A lookup from StartLookup() on, then (once finished) what StartPush() needs.
+  struct LookupState {
+    uint64_t step = 0;
+    int64_t batch = 0;
+    std::vector<int64_t> out_rows;                   // per feature
+    std::vector<std::vector<EntryRoute>> routes;     // per server
+    std::vector<std::vector<int32_t>> bag_lengths;  // per feature, for MEAN over row shards
+    std::vector<size_t> expected;                    // reply floats per server
+    std::vector<RpcFuture> futures;                  // per server, while in flight
+    int64_t bytes_sent = 0;
+    int64_t bytes_received = 0;
+  };
+  std::deque<LookupState> pending_;  // started, not finished; oldest first
+  LookupState current_;              // the last finished lookup
+  std::vector<std::vector<int32_t>> bag_lengths_;  // per feature, filled by RouteFeature
   int64_t last_lookup_bytes_ = 0;
   int64_t last_reply_bytes_ = 0;
   std::vector<RpcFuture> pushes_;  // in flight, one per server

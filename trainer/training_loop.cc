@@ -39,6 +39,11 @@ TrainingLoop::TrainingLoop(const JobConfig& job, const TrainingLoopOptions& opti
 Status TrainingLoop::LookupAll(uint64_t step, const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* features,
                                std::vector<const float*>* pooled) {
   TESSERA_RETURN_IF_ERROR(embeddings_->Lookup(step, kjt, inference, features));
+  return CompleteLookup(kjt, features, pooled);
+}
+
+Status TrainingLoop::CompleteLookup(const KeyedJaggedTensor& kjt, FeatureOutputs* features,
+                                    std::vector<const float*>* pooled) {
   TESSERA_RETURN_IF_ERROR(local_tables_->Lookup(kjt, features));
   const auto& names = embeddings_->features();
   sequence_pooled_.resize(names.size());
@@ -110,7 +115,8 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
   // The first steps warm caches and connections; throughput counts after them.
   const int64_t warmup = std::min<int64_t>((total - options_.start_step) / 10, 20);
   const int64_t B = job_.training.batch_size;
-  Batch batch;
+  const bool prefetch = job_.training.prefetch;
+  Batch batch, next_batch;  // next_batch: the prefetched step's, with prefetch
   FeatureOutputs features, d_features;
   std::vector<const float*> pooled;
   TrainingResult result;
@@ -136,9 +142,25 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
     }
     const auto t0 = Clock::now();
     const StepShare share = ShareOfStep(step, options_.rank, options_.world, B, data_->num_examples());
-    TESSERA_RETURN_IF_ERROR(data_->Read(share.begin, share.count, &batch));
+    if (!prefetch || step == options_.start_step) {
+      TESSERA_RETURN_IF_ERROR(data_->Read(share.begin, share.count, &batch));
+    }
     const auto t1 = Clock::now();
-    TESSERA_RETURN_IF_ERROR(LookupAll(static_cast<uint64_t>(step), batch.sparse, false, &features, &pooled));
+    if (prefetch) {
+      if (step == options_.start_step) {
+        TESSERA_RETURN_IF_ERROR(embeddings_->StartLookup(static_cast<uint64_t>(step), batch.sparse, false));
+      }
+      TESSERA_RETURN_IF_ERROR(embeddings_->FinishLookup(&features));
+      // The next step's lookups travel while this one computes.
+      if (step + 1 < total) {
+        const StepShare next = ShareOfStep(step + 1, options_.rank, options_.world, B, data_->num_examples());
+        TESSERA_RETURN_IF_ERROR(data_->Read(next.begin, next.count, &next_batch));
+        TESSERA_RETURN_IF_ERROR(embeddings_->StartLookup(static_cast<uint64_t>(step + 1), next_batch.sparse, false));
+      }
+      TESSERA_RETURN_IF_ERROR(CompleteLookup(batch.sparse, &features, &pooled));
+    } else {
+      TESSERA_RETURN_IF_ERROR(LookupAll(static_cast<uint64_t>(step), batch.sparse, false, &features, &pooled));
+    }
     const auto t2 = Clock::now();
     const double loss_sum = model_->ForwardBackward(batch.dense.data(), pooled, batch.labels.data(), batch.size,
                                                     1.0f / static_cast<float>(share.global_count), &d_features);
@@ -196,6 +218,7 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
       window_start = now;
     }
     result.steps = step + 1;
+    if (prefetch) std::swap(batch, next_batch);
   }
   const auto end = Clock::now();
   result.wall_s = Seconds(run_start, end);

@@ -80,6 +80,8 @@ class TrainingLoop {
   // layers (a sequence model would take the rows as they are).
   Status LookupAll(uint64_t step, const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* features,
                    std::vector<const float*>* pooled);
+  // The rest of LookupAll once the servers' rows are in `features`.
+  Status CompleteLookup(const KeyedJaggedTensor& kjt, FeatureOutputs* features, std::vector<const float*>* pooled);
   // d(pooled) -> d(output rows) for the unpooled features.
   void ExpandSequenceGrads(const KeyedJaggedTensor& kjt, FeatureOutputs* grads);
   // Whether every trainer stops at the next step for a checkpoint on demand.

@@ -41,9 +41,16 @@ double MeanLoss(const std::vector<json>& m, size_t begin, size_t end) {
   return sum / static_cast<double>(end - begin);
 }
 
-TEST(TrainingTest, LossFallsWithTwoServersAndTwoTrainers) {
-  testing::LocalCluster cluster("loss_falls");
-  ASSERT_TRUE(cluster.StartJob(SyntheticJob(300, 2, 2), 2, 2).ok());
+// Every consistency mode learns: sync, async, and async with the next step's
+// lookups prefetched (a staleness of one step).
+class LossFallsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LossFallsTest, WithTwoServersAndTwoTrainers) {
+  testing::LocalCluster cluster("loss_falls_" + GetParam());
+  json job = SyntheticJob(300, 2, 2);
+  job["training"]["consistency"] = GetParam() == "sync" ? "sync" : "async";
+  job["training"]["prefetch"] = GetParam() == "async_prefetch";
+  ASSERT_TRUE(cluster.StartJob(job, 2, 2).ok());
   ASSERT_EQ(cluster.Wait("master", milliseconds(120000)), 0) << cluster.Log("master") << cluster.Log("trainer0");
   for (const char* p : {"ps0", "ps1", "trainer0", "trainer1"}) {
     EXPECT_EQ(cluster.Wait(p, milliseconds(10000)), 0) << p << ":\n" << cluster.Log(p);
@@ -59,6 +66,9 @@ TEST(TrainingTest, LossFallsWithTwoServersAndTwoTrainers) {
   }
   EXPECT_NE(cluster.Log("master").find("[master] step"), std::string::npos);
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, LossFallsTest, ::testing::Values("sync", "async", "async_prefetch"),
+                         [](const auto& info) { return info.param; });
 
 TEST(TrainingTest, KilledTrainerEndsTheJobWithAClearError) {
   testing::LocalCluster cluster("kill_trainer");
