@@ -100,11 +100,10 @@ rocksdb::Options BaseOptions(rocksdb::Env* env) {
   // the largest cost of a tiered server: a background thread). Scans
   // (snapshots) ask for total order explicitly.
   o.prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(kRowKeyBytes));
-  o.memtable_factory.reset(rocksdb::NewHashLinkListRepFactory(1 << 20));
   o.allow_concurrent_memtable_write = false;  // only the skip-list memtable allows it
   // A row evicted again while its last write-back is still in the memtable
-  // overwrites it there instead of adding a version: the memtable fills, and
-  // is flushed (sorted into an SST: half a server's time otherwise), far less.
+  // overwrites it there instead of adding a version, so the memtable fills
+  // (and is sorted into an SST) less often.
   o.inplace_update_support = true;
   return o;
 }
@@ -127,6 +126,11 @@ StatusOr<std::unique_ptr<RowDb>> RowDb::Open(const RowDbOptions& options, int ro
   table.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   o.write_buffer_size = options.write_buffer_bytes;
+  // The hash memtable's buckets live in the memtable's own arena: one per 64
+  // bytes of buffer (an eighth of it) leaves room for the rows; RocksDB
+  // aborts when the buckets alone fill the buffer.
+  o.memtable_factory.reset(
+      rocksdb::NewHashLinkListRepFactory(std::max<size_t>(4096, options.write_buffer_bytes / 64)));
   // Recently evicted rows sit in the memtable; a filter over it spares the
   // skip-list search for the (many) rows that are not there.
   o.memtable_whole_key_filtering = true;
