@@ -43,7 +43,15 @@ json SummarizeStorage(const json& servers) {
 std::string FormatStorageSummary(const json& summary) {
   std::string out;
   char line[512];
+  // Tables wholly in memory get one line between them: their "misses" are
+  // rows touched for the first time, nothing to tune.
+  int64_t memory_tables = 0, memory_rows = 0;
   for (const auto& [name, t] : summary.items()) {
+    if (t["tiers"].size() == 1 && t["tiers"].contains("memory")) {
+      ++memory_tables;
+      memory_rows += t["tiers"]["memory"]["rows"].get<int64_t>();
+      continue;
+    }
     for (const auto& [tier, a] : t["tiers"].items()) {
       std::snprintf(line, sizeof(line),
                     "[master]   storage %s/%s: hit rate %.1f%% (%lld hits, %lld misses), %lld evictions, %lld rows, "
@@ -62,6 +70,11 @@ std::string FormatStorageSummary(const json& summary) {
                     t["rocksdb_bytes_written"].get<int64_t>() / 1048576.0);
       out += line;
     }
+  }
+  if (memory_tables > 0) {
+    std::snprintf(line, sizeof(line), "[master]   storage: %lld table(s) all in memory, %lld rows materialized\n",
+                  static_cast<long long>(memory_tables), static_cast<long long>(memory_rows));
+    out += line;
   }
   return out;
 }

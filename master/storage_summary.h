@@ -16,7 +16,8 @@ namespace tessera {
 // "rocksdb_bytes_written": ...}}.
 nlohmann::json SummarizeStorage(const nlohmann::json& servers);
 
-// One line per table and tier, for the master's end-of-job report.
+// One line per table and tier, for the master's end-of-job report; tables
+// held only in memory share one line.
 std::string FormatStorageSummary(const nlohmann::json& summary);
 
 }  // namespace tessera

@@ -38,6 +38,18 @@ TEST(StorageSummaryTest, AddsUpATableSplitOverServers) {
   EXPECT_NE(text.find("storage a/rocksdb: 20 rows read"), std::string::npos) << text;
 }
 
+TEST(StorageSummaryTest, MemoryOnlyTablesShareALine) {
+  json mem = Shard("m", 5, 5, 0, 0);
+  mem["tiers"][0]["tier"] = "memory";
+  json mem2 = Shard("n", 5, 5, 0, 0);
+  mem2["tiers"][0]["tier"] = "memory";
+  const std::string text =
+      FormatStorageSummary(SummarizeStorage(json::array({json{{"shards", {mem, mem2, Shard("a", 1, 1, 0, 0)}}}})));
+  EXPECT_NE(text.find("storage: 2 table(s) all in memory, 20 rows materialized"), std::string::npos) << text;
+  EXPECT_NE(text.find("storage a/host"), std::string::npos) << text;
+  EXPECT_EQ(text.find("storage m/"), std::string::npos) << text;
+}
+
 TEST(StorageSummaryTest, NoShardsNoLines) {
   EXPECT_TRUE(SummarizeStorage(json::array()).empty());
   EXPECT_EQ(FormatStorageSummary(SummarizeStorage(json::array({json{{"error", "x"}}}))), "");
