@@ -3,7 +3,8 @@
 //
 // A checkpoint is taken at a step boundary s: every trainer waits before its
 // lookups of step s (periodic checkpoints at multiples of every_steps; on
-// demand at the furthest step any trainer has reached), so every server has
+// demand at the step after the one where the trainers agreed, through their
+// allreduce, that one of them had seen the request), so every server has
 // applied exactly the gradients of steps < s. Each server then snapshots its
 // shards, trainer 0's dense model and optimizer state go next to them, and
 // the manifest is written last: until it exists the checkpoint does not.
@@ -47,15 +48,10 @@ Status Master::ServeBarrier(std::unique_lock<std::mutex>* lock) {
   }
   if (hi < 0) return Status::OK();
   if (lo < hi) {
-    // On demand, trainers stop at the first boundary they see: send the ones
-    // behind to the furthest.
-    for (auto& a : barrier_) {
-      if (a && a->step < hi) {
-        a->responder.Reply(EncodeJsonReply(a->responder.request_header(), json{{"action", "run_to"}, {"step", hi}}));
-        a.reset();
-      }
-    }
-    return Status::OK();
+    // Trainers decide where to stop together; arriving apart is a bug in
+    // that agreement, and waiting would hang the job.
+    return Status::Internal("trainers reached the checkpoint barrier at different steps (" + std::to_string(lo) +
+                            " and " + std::to_string(hi) + ")");
   }
   std::vector<Responder> waiting;
   for (auto& a : barrier_) {

@@ -200,7 +200,7 @@ Status Trainer::Train(const json& start, json* report) {
   lo.start_step = start_step;
   lo.checkpoint_every = job.checkpoint.dir.empty() ? 0 : job.checkpoint.every_steps;
   if (!job.checkpoint.dir.empty()) lo.checkpoint_requested = &checkpoint_requested_;
-  lo.barrier = [&](int64_t step) -> StatusOr<int64_t> {
+  lo.barrier = [&](int64_t step) -> Status {
     Message m = EncodeJson(Opcode::kCheckpointBarrier, json{{"rank", options_.rank}, {"step", step}});
     if (options_.rank == 0) {
       TESSERA_ASSIGN_OR_RETURN(std::string bytes, save_state());
@@ -210,10 +210,9 @@ Status Trainer::Train(const json& start, json* report) {
     auto reply = client_->CallSync(master_peer_, std::move(m), milliseconds(job.runtime.rpc_timeout_ms * 10));
     if (!reply.ok()) return reply.status().WithContext("checkpoint barrier at step " + std::to_string(step));
     TESSERA_ASSIGN_OR_RETURN(json j, DecodeJson(*reply));
-    if (j.value("action", "") == "run_to") return j.at("step").get<int64_t>();
     checkpoint_served_id_ = std::max<int64_t>(checkpoint_served_id_, j.value("served", int64_t{0}));
     checkpoint_requested_ = checkpoint_requested_id_.load() > checkpoint_served_id_.load();
-    return int64_t{-1};
+    return Status::OK();
   };
   lo.on_progress = [this](const json& p) {
     LOG(INFO) << "trainer " << options_.rank << " step " << p["step"] << " loss " << p["loss"] << " examples/s "

@@ -125,16 +125,13 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
   Clock::time_point window_start = Clock::now(), run_start = window_start, timed_start = window_start;
   int64_t timed_examples = 0;
 
-  int64_t run_to = -1;
   bool agreed_checkpoint = false;  // decided by all trainers together at the previous step
   for (int64_t step = options_.start_step; step < total; ++step) {
     if (options_.stop != nullptr && options_.stop->load()) return Status::Cancelled("training stopped");
     if (options_.barrier) {
       const bool periodic = options_.checkpoint_every > 0 && step > options_.start_step &&
                             step % options_.checkpoint_every == 0;
-      if (step == run_to || periodic || (agreed_checkpoint && run_to < 0)) {
-        TESSERA_ASSIGN_OR_RETURN(run_to, options_.barrier(step));
-      }
+      if (periodic || agreed_checkpoint) TESSERA_RETURN_IF_ERROR(options_.barrier(step));
     }
     if (step == options_.start_step + warmup) {
       timed_start = Clock::now();

@@ -43,12 +43,11 @@ struct TrainingLoopOptions {
   // Checkpoints: the loop stops at a step boundary s and calls barrier(s)
   // when s is a multiple of checkpoint_every (s > start_step), when any
   // trainer had *checkpoint_requested (set from the master's heartbeat
-  // replies) at step s-1 (agreed by a one-float allreduce), or when an
-  // earlier barrier asked it to run to s. barrier returns the step to run
-  // to before the next barrier, or -1 to carry on.
+  // replies) at step s-1 (agreed by a one-float allreduce). barrier returns
+  // once the checkpoint is taken.
   int64_t checkpoint_every = 0;
   const std::atomic<bool>* checkpoint_requested = nullptr;
-  std::function<StatusOr<int64_t>(int64_t step)> barrier;
+  std::function<Status(int64_t step)> barrier;
 };
 
 struct TrainingResult {
