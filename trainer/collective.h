@@ -1,9 +1,10 @@
 // Collective: how trainers keep their dense replicas identical (DESIGN.md §4
-// step 4). Gloo on CPUs here; the NCCL implementation sits behind the same
-// interface (trainer/*_nccl.*).
+// step 4). Gloo on CPUs (trainer/gloo_collective.cc), NCCL on GPUs
+// (trainer/collective_nccl.{h,cc}, built only with CUDA and NCCL).
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -21,9 +22,14 @@ class Collective {
   // Sums `data` over all trainers, in place. Every trainer calls it with the
   // same size. Fails (never hangs forever) when a peer is gone.
   virtual Status AllReduceSum(std::span<float> data) = 0;
+  // The same for n floats of device memory on the calling thread's current
+  // CUDA device (a GPU trainer's gradients, summed in place without a trip
+  // through the host). Done when it returns. Collectives over host memory
+  // (Gloo) answer FailedPrecondition.
+  virtual Status AllReduceSumDevice(float* data, int64_t n) = 0;
 };
 
-// A world of one: AllReduceSum leaves the data as it is.
+// A world of one: both sums leave the data as it is, wherever it is.
 std::unique_ptr<Collective> NewLocalCollective();
 
 struct GlooCollectiveOptions {

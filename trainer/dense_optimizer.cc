@@ -6,61 +6,71 @@
 
 namespace tessera {
 
-StatusOr<DenseOptimizer> DenseOptimizer::Create(const OptimizerSpec& spec, int64_t num_params) {
+StatusOr<DenseOptimizer> DenseOptimizer::Create(const OptimizerSpec& spec, int64_t num_params,
+                                                DenseBackend* backend) {
   DenseOptimizer o;
   o.spec_ = spec;
+  o.num_params_ = num_params;
   if (spec.type == "sgd") {
+    o.kind_ = kernels::DenseOptimizerKind::kSgd;
   } else if (spec.type == "adagrad") {
-    o.state_.assign(num_params, static_cast<float>(spec.initial_accumulator));
+    o.kind_ = kernels::DenseOptimizerKind::kAdagrad;
   } else if (spec.type == "adam") {
-    o.state_.assign(2 * num_params, 0.0f);
+    o.kind_ = kernels::DenseOptimizerKind::kAdam;
   } else {
     return Status::InvalidArgument("training.dense_optimizer: '" + spec.type +
                                    "' is not a dense optimizer (use sgd, adagrad or adam)");
   }
+  if (backend == nullptr) {
+    o.owned_backend_ = NewCpuDenseBackend();
+    backend = o.owned_backend_.get();
+  }
+  o.backend_ = backend;
+  o.state_ = backend->NewArray();
+  const int64_t size = kernels::DenseOptimizerStateSize(o.kind_, num_params);
+  TESSERA_RETURN_IF_ERROR(o.state_->Resize(size));
+  const float initial = o.kind_ == kernels::DenseOptimizerKind::kAdagrad ? static_cast<float>(spec.initial_accumulator)
+                                                                          : 0.0f;
+  TESSERA_RETURN_IF_ERROR(o.Restore(std::vector<float>(size, initial), 0));
   return o;
 }
 
-void DenseOptimizer::Step(std::span<float> params, std::span<const float> grads) {
+Status DenseOptimizer::Step(std::span<float> params, std::span<const float> grads) {
   CHECK_EQ(params.size(), grads.size());
-  const float lr = static_cast<float>(spec_.lr), eps = static_cast<float>(spec_.eps);
-  const float wd = static_cast<float>(spec_.weight_decay);
-  const size_t n = params.size();
+  CHECK_EQ(static_cast<int64_t>(params.size()), num_params_);
   ++steps_;
-  if (spec_.type == "sgd") {
-    for (size_t i = 0; i < n; ++i) {
-      params[i] = kernels::SgdStep(params[i], kernels::WeightDecayGrad(grads[i], params[i], wd), lr);
-    }
-  } else if (spec_.type == "adagrad") {
-    for (size_t i = 0; i < n; ++i) {
-      const float g = kernels::WeightDecayGrad(grads[i], params[i], wd);
-      state_[i] = kernels::AdagradAccumulate(state_[i], g);
-      params[i] = kernels::AdagradStep(params[i], g, state_[i], lr, eps);
-    }
-  } else {
-    const float b1 = static_cast<float>(spec_.beta1), b2 = static_cast<float>(spec_.beta2);
+  kernels::DenseStepArgs a;
+  a.kind = kind_;
+  a.lr = static_cast<float>(spec_.lr);
+  a.eps = static_cast<float>(spec_.eps);
+  a.weight_decay = static_cast<float>(spec_.weight_decay);
+  a.beta1 = static_cast<float>(spec_.beta1);
+  a.beta2 = static_cast<float>(spec_.beta2);
+  if (kind_ == kernels::DenseOptimizerKind::kAdam) {
     const float step = static_cast<float>(steps_);
-    const float step_size = kernels::AdamStepSize(lr, b1, step);
-    const float sqrt_bc2 = kernels::AdamSqrtBiasCorrection2(b2, step);
-    float* m = state_.data();
-    float* v = state_.data() + n;
-    for (size_t i = 0; i < n; ++i) {
-      const float g = kernels::WeightDecayGrad(grads[i], params[i], wd);
-      kernels::AdamStep(&params[i], &m[i], &v[i], g, b1, b2, step_size, sqrt_bc2, eps);
-    }
+    a.step_size = kernels::AdamStepSize(a.lr, a.beta1, step);
+    a.sqrt_bc2 = kernels::AdamSqrtBiasCorrection2(a.beta2, step);
   }
+  TESSERA_RETURN_IF_ERROR(
+      backend_->DenseOptimizerStep(a, params.data(), grads.data(), state_->data(), num_params_));
+  // The parameters are read next by a forward that may run elsewhere (a
+  // collective's stream, the host): the step must be done.
+  return backend_->Synchronize();
 }
 
-}  // namespace tessera
-
-namespace tessera {
+StatusOr<std::vector<float>> DenseOptimizer::CopyStateToHost() const {
+  std::vector<float> host(state_->size());
+  TESSERA_RETURN_IF_ERROR(backend_->CopyToHost(state_->data(), state_->size(), host.data()));
+  return host;
+}
 
 Status DenseOptimizer::Restore(std::span<const float> state, int64_t steps) {
-  if (state.size() != state_.size()) {
+  if (static_cast<int64_t>(state.size()) != state_->size()) {
     return Status::InvalidArgument("dense optimizer state has " + std::to_string(state.size()) + " floats, expected " +
-                                   std::to_string(state_.size()));
+                                   std::to_string(state_->size()));
   }
-  std::copy(state.begin(), state.end(), state_.begin());
+  TESSERA_RETURN_IF_ERROR(backend_->CopyFromHost(state.data(), state_->size(), state_->data()));
+  TESSERA_RETURN_IF_ERROR(backend_->Synchronize());  // `state` may go away on return
   steps_ = steps;
   return Status::OK();
 }

@@ -1,17 +1,32 @@
 #include "trainer/dlrm_model.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include <glog/logging.h>
 
-#include "kernels/dense_ops.h"
 #include "kernels/row_init.h"
 
 namespace tessera {
 
+DlrmModel::DlrmModel(const ModelConfig& config, std::vector<int> feature_dims, DenseBackend* backend)
+    : config_(config), feature_dims_(std::move(feature_dims)), backend_(backend) {}
+
 DlrmModel::DlrmModel(const ModelConfig& config, std::vector<int> feature_dims, uint64_t seed)
-    : config_(config), feature_dims_(std::move(feature_dims)) {
+    : config_(config), feature_dims_(std::move(feature_dims)), owned_backend_(NewCpuDenseBackend()) {
+  backend_ = owned_backend_.get();
+  const Status s = Init(seed);
+  CHECK(s.ok()) << s;  // host memory: only a broken invariant fails here
+}
+
+StatusOr<std::unique_ptr<DlrmModel>> DlrmModel::Create(const ModelConfig& config, std::vector<int> feature_dims,
+                                                       uint64_t seed, DenseBackend* backend) {
+  std::unique_ptr<DlrmModel> model(new DlrmModel(config, std::move(feature_dims), backend));
+  TESSERA_RETURN_IF_ERROR(model->Init(seed));
+  return model;
+}
+
+Status DlrmModel::Init(uint64_t seed) {
   int64_t offset = 0;
   auto add = [&](std::vector<Layer>* layers, int in, int out, bool relu, const std::string& name) {
     Layer l;
@@ -25,25 +40,25 @@ DlrmModel::DlrmModel(const ModelConfig& config, std::vector<int> feature_dims, u
     l.name = name;
     layers->push_back(l);
   };
-  int width = config.num_dense_features;
-  for (size_t i = 0; i < config.bottom_mlp.size(); ++i) {
-    add(&bottom_, width, static_cast<int>(config.bottom_mlp[i]), true, "bottom." + std::to_string(i));
-    width = static_cast<int>(config.bottom_mlp[i]);
+  int width = config_.num_dense_features;
+  for (size_t i = 0; i < config_.bottom_mlp.size(); ++i) {
+    add(&bottom_, width, static_cast<int>(config_.bottom_mlp[i]), true, "bottom." + std::to_string(i));
+    width = static_cast<int>(config_.bottom_mlp[i]);
   }
   interaction_width_ = width;
   for (int d : feature_dims_) interaction_width_ += d;
   width = static_cast<int>(interaction_width_);
-  for (size_t i = 0; i < config.top_mlp.size(); ++i) {
-    const bool last = i + 1 == config.top_mlp.size();
-    add(&top_, width, static_cast<int>(config.top_mlp[i]), !last, "top." + std::to_string(i));
-    width = static_cast<int>(config.top_mlp[i]);
+  for (size_t i = 0; i < config_.top_mlp.size(); ++i) {
+    const bool last = i + 1 == config_.top_mlp.size();
+    add(&top_, width, static_cast<int>(config_.top_mlp[i]), !last, "top." + std::to_string(i));
+    width = static_cast<int>(config_.top_mlp[i]);
   }
   CHECK_EQ(width, 1) << "the top MLP must end in one logit";
-  params_.resize(offset);
-  grads_.assign(offset, 0.0f);
 
   // torch.nn.Linear's law, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), from a
-  // counter-based generator keyed by (seed, layer).
+  // counter-based generator keyed by (seed, layer). Made on the host, then
+  // copied to the backend.
+  std::vector<float> initial(offset);
   uint64_t layer_seed = kernels::SplitMix64(seed ^ 0xd15ea5e5ULL);
   for (auto* layers : {&bottom_, &top_}) {
     for (const Layer& l : *layers) {
@@ -53,10 +68,24 @@ DlrmModel::DlrmModel(const ModelConfig& config, std::vector<int> feature_dims, u
       init.b = k;
       init.seed = layer_seed = kernels::SplitMix64(layer_seed);
       for (int64_t i = 0; i < static_cast<int64_t>(l.in) * l.out + l.out; ++i) {
-        params_[l.w + i] = kernels::InitValue(init, i, 0);
+        initial[l.w + i] = kernels::InitValue(init, i, 0);
       }
     }
   }
+  params_ = backend_->NewArray();
+  grads_ = backend_->NewArray();
+  TESSERA_RETURN_IF_ERROR(params_->Resize(offset));
+  TESSERA_RETURN_IF_ERROR(grads_->Resize(offset));
+  TESSERA_RETURN_IF_ERROR(backend_->Zero(grads_->data(), offset));
+  TESSERA_RETURN_IF_ERROR(LoadParams(initial));
+
+  for (size_t i = 0; i <= bottom_.size(); ++i) bottom_acts_.push_back(backend_->NewArray());
+  for (size_t i = 0; i <= top_.size(); ++i) top_acts_.push_back(backend_->NewArray());
+  labels_ = backend_->NewArray();
+  dy_ = backend_->NewArray();
+  dx_ = backend_->NewArray();
+  d_interaction_ = backend_->NewArray();
+  return backend_->Synchronize();
 }
 
 std::vector<DlrmModel::ParamInfo> DlrmModel::ParamInfos() const {
@@ -70,98 +99,119 @@ std::vector<DlrmModel::ParamInfo> DlrmModel::ParamInfos() const {
   return out;
 }
 
-void DlrmModel::Forward(const float* dense, const std::vector<const float*>& features, int64_t batch) {
+StatusOr<std::vector<float>> DlrmModel::CopyParamsToHost() {
+  std::vector<float> host(params_->size());
+  TESSERA_RETURN_IF_ERROR(backend_->CopyToHost(params_->data(), params_->size(), host.data()));
+  return host;
+}
+
+Status DlrmModel::LoadParams(std::span<const float> host) {
+  if (static_cast<int64_t>(host.size()) != params_->size()) {
+    return Status::InvalidArgument("dense parameters: got " + std::to_string(host.size()) + " floats, the model has " +
+                                   std::to_string(params_->size()));
+  }
+  TESSERA_RETURN_IF_ERROR(backend_->CopyFromHost(host.data(), params_->size(), params_->data()));
+  // The caller's buffer may go away as soon as this returns.
+  return backend_->Synchronize();
+}
+
+int64_t DlrmModel::BottomWidth() const {
+  return bottom_.empty() ? config_.num_dense_features : bottom_.back().out;
+}
+
+Status DlrmModel::Forward(const float* dense, const std::vector<const float*>& features, int64_t batch) {
   CHECK_EQ(features.size(), feature_dims_.size());
   // Bottom MLP.
-  bottom_acts_.resize(bottom_.size() + 1);
-  bottom_acts_[0].assign(dense, dense + batch * config_.num_dense_features);
+  TESSERA_RETURN_IF_ERROR(bottom_acts_[0]->Resize(batch * config_.num_dense_features));
+  TESSERA_RETURN_IF_ERROR(backend_->CopyFromHost(dense, batch * config_.num_dense_features, bottom_acts_[0]->data()));
   for (size_t i = 0; i < bottom_.size(); ++i) {
     const Layer& l = bottom_[i];
-    bottom_acts_[i + 1].resize(batch * l.out);
-    kernels::LinearForward(bottom_acts_[i].data(), &params_[l.w], &params_[l.b], batch, l.in, l.out,
-                           bottom_acts_[i + 1].data());
-    kernels::ReluForward(bottom_acts_[i + 1].data(), batch * l.out);
+    TESSERA_RETURN_IF_ERROR(bottom_acts_[i + 1]->Resize(batch * l.out));
+    float* y = bottom_acts_[i + 1]->data();
+    TESSERA_RETURN_IF_ERROR(backend_->LinearForward(bottom_acts_[i]->data(), param(l.w), param(l.b), batch, l.in,
+                                                    l.out, y));
+    TESSERA_RETURN_IF_ERROR(backend_->ReluForward(y, batch * l.out));
   }
-  // Interaction: concatenate per example.
-  const std::vector<float>& bottom_out = bottom_acts_.back();
-  const int64_t bw = bottom_.empty() ? config_.num_dense_features : bottom_.back().out;
-  top_acts_.resize(top_.size() + 1);
-  std::vector<float>& x = top_acts_[0];
-  x.resize(batch * interaction_width_);
-  for (int64_t b = 0; b < batch; ++b) {
-    float* dst = &x[b * interaction_width_];
-    std::memcpy(dst, bottom_out.data() + b * bw, sizeof(float) * bw);
-    dst += bw;
-    for (size_t f = 0; f < features.size(); ++f) {
-      std::memcpy(dst, features[f] + b * feature_dims_[f], sizeof(float) * feature_dims_[f]);
-      dst += feature_dims_[f];
-    }
-  }
+  // Interaction: [bottom output | feature 0 | feature 1 | ...] per example.
+  const int64_t bw = BottomWidth();
+  DenseArray& x = *top_acts_[0];
+  TESSERA_RETURN_IF_ERROR(x.Resize(batch * interaction_width_));
+  TESSERA_RETURN_IF_ERROR(
+      backend_->CopyMatrix(bottom_acts_.back()->data(), bw, x.data(), interaction_width_, batch, bw));
+  std::vector<HostColumns> blocks;
+  for (size_t f = 0; f < features.size(); ++f) blocks.push_back({features[f], feature_dims_[f]});
+  TESSERA_RETURN_IF_ERROR(backend_->ScatterFromHost(blocks, batch, x.data() + bw, interaction_width_));
   // Top MLP.
   for (size_t i = 0; i < top_.size(); ++i) {
     const Layer& l = top_[i];
-    top_acts_[i + 1].resize(batch * l.out);
-    kernels::LinearForward(top_acts_[i].data(), &params_[l.w], &params_[l.b], batch, l.in, l.out,
-                           top_acts_[i + 1].data());
-    if (l.relu) kernels::ReluForward(top_acts_[i + 1].data(), batch * l.out);
+    TESSERA_RETURN_IF_ERROR(top_acts_[i + 1]->Resize(batch * l.out));
+    float* y = top_acts_[i + 1]->data();
+    TESSERA_RETURN_IF_ERROR(
+        backend_->LinearForward(top_acts_[i]->data(), param(l.w), param(l.b), batch, l.in, l.out, y));
+    if (l.relu) TESSERA_RETURN_IF_ERROR(backend_->ReluForward(y, batch * l.out));
   }
+  return Status::OK();
 }
 
-void DlrmModel::Predict(const float* dense, const std::vector<const float*>& features, int64_t batch,
-                        float* logits) {
-  Forward(dense, features, batch);
-  std::memcpy(logits, top_acts_.back().data(), sizeof(float) * batch);
+Status DlrmModel::Predict(const float* dense, const std::vector<const float*>& features, int64_t batch,
+                          float* logits) {
+  if (batch == 0) return Status::OK();
+  TESSERA_RETURN_IF_ERROR(Forward(dense, features, batch));
+  return backend_->CopyToHost(top_acts_.back()->data(), batch, logits);
 }
 
-double DlrmModel::ForwardBackward(const float* dense, const std::vector<const float*>& features,
-                                  const float* labels, int64_t batch, float loss_scale,
-                                  std::vector<std::vector<float>>* d_features) {
-  std::fill(grads_.begin(), grads_.end(), 0.0f);
+StatusOr<double> DlrmModel::ForwardBackward(const float* dense, const std::vector<const float*>& features,
+                                            const float* labels, int64_t batch, float loss_scale,
+                                            std::vector<std::vector<float>>* d_features) {
+  TESSERA_RETURN_IF_ERROR(backend_->Zero(grads_->data(), grads_->size()));
   d_features->resize(features.size());
   for (size_t f = 0; f < features.size(); ++f) (*d_features)[f].assign(batch * feature_dims_[f], 0.0f);
-  if (batch == 0) return 0.0;
-  Forward(dense, features, batch);
-  const float* logits = top_acts_.back().data();
-  const double loss = kernels::SigmoidBceLossSum(logits, labels, batch);
+  if (batch == 0) {
+    TESSERA_RETURN_IF_ERROR(backend_->Synchronize());
+    return 0.0;
+  }
+  TESSERA_RETURN_IF_ERROR(Forward(dense, features, batch));
+  TESSERA_RETURN_IF_ERROR(labels_->Resize(batch));
+  TESSERA_RETURN_IF_ERROR(backend_->CopyFromHost(labels, batch, labels_->data()));
+  const float* logits = top_acts_.back()->data();
+  TESSERA_RETURN_IF_ERROR(backend_->SigmoidBceLossSum(logits, labels_->data(), batch));
 
   // Top MLP backward: dy_ holds the gradient of the current layer's output.
-  dy_.resize(batch);
-  kernels::SigmoidBceBackward(logits, labels, batch, loss_scale, dy_.data());
+  TESSERA_RETURN_IF_ERROR(dy_->Resize(batch));
+  TESSERA_RETURN_IF_ERROR(backend_->SigmoidBceBackward(logits, labels_->data(), batch, loss_scale, dy_->data()));
   for (size_t i = top_.size(); i-- > 0;) {
     const Layer& l = top_[i];
-    if (l.relu) kernels::ReluBackward(top_acts_[i + 1].data(), dy_.data(), batch * l.out);
-    dx_.resize(batch * l.in);
-    kernels::LinearBackward(top_acts_[i].data(), &params_[l.w], dy_.data(), batch, l.in, l.out, &grads_[l.w],
-                            &grads_[l.b], dx_.data());
-    dy_.swap(dx_);
+    if (l.relu) TESSERA_RETURN_IF_ERROR(backend_->ReluBackward(top_acts_[i + 1]->data(), dy_->data(), batch * l.out));
+    TESSERA_RETURN_IF_ERROR(dx_->Resize(batch * l.in));
+    TESSERA_RETURN_IF_ERROR(backend_->LinearBackward(top_acts_[i]->data(), param(l.w), dy_->data(), batch, l.in,
+                                                     l.out, grad(l.w), grad(l.b), dx_->data()));
+    std::swap(dy_, dx_);
   }
-  // dy_ is now d(interaction) [B x width]: split it.
-  const int64_t bw = bottom_.empty() ? config_.num_dense_features : bottom_.back().out;
-  std::vector<float> d_bottom(batch * bw);
-  for (int64_t b = 0; b < batch; ++b) {
-    const float* src = &dy_[b * interaction_width_];
-    std::memcpy(&d_bottom[b * bw], src, sizeof(float) * bw);
-    src += bw;
-    for (size_t f = 0; f < features.size(); ++f) {
-      std::memcpy(&(*d_features)[f][b * feature_dims_[f]], src, sizeof(float) * feature_dims_[f]);
-      src += feature_dims_[f];
-    }
-  }
+  // dy_ is now d(interaction) [B x width]: the bottom MLP's part goes on
+  // into its backward; the features' part goes to the host at the end, so on
+  // a GPU the one wait of the step comes after all its work is queued.
+  std::swap(dy_, d_interaction_);
+  const int64_t bw = BottomWidth();
+  TESSERA_RETURN_IF_ERROR(dy_->Resize(batch * bw));
+  TESSERA_RETURN_IF_ERROR(backend_->CopyMatrix(d_interaction_->data(), interaction_width_, dy_->data(), bw, batch, bw));
   // Bottom MLP backward (no gradient for the raw dense features).
-  dy_.swap(d_bottom);
   for (size_t i = bottom_.size(); i-- > 0;) {
     const Layer& l = bottom_[i];
-    kernels::ReluBackward(bottom_acts_[i + 1].data(), dy_.data(), batch * l.out);
+    TESSERA_RETURN_IF_ERROR(backend_->ReluBackward(bottom_acts_[i + 1]->data(), dy_->data(), batch * l.out));
     float* dx = nullptr;
     if (i > 0) {
-      dx_.resize(batch * l.in);
-      dx = dx_.data();
+      TESSERA_RETURN_IF_ERROR(dx_->Resize(batch * l.in));
+      dx = dx_->data();
     }
-    kernels::LinearBackward(bottom_acts_[i].data(), &params_[l.w], dy_.data(), batch, l.in, l.out, &grads_[l.w],
-                            &grads_[l.b], dx);
-    if (i > 0) dy_.swap(dx_);
+    TESSERA_RETURN_IF_ERROR(backend_->LinearBackward(bottom_acts_[i]->data(), param(l.w), dy_->data(), batch, l.in,
+                                                     l.out, grad(l.w), grad(l.b), dx));
+    if (i > 0) std::swap(dy_, dx_);
   }
-  return loss;
+  std::vector<MutableHostColumns> blocks;
+  for (size_t f = 0; f < features.size(); ++f) blocks.push_back({(*d_features)[f].data(), feature_dims_[f]});
+  // Waits: the feature gradients and the loss are on the host after it.
+  TESSERA_RETURN_IF_ERROR(backend_->GatherToHost(d_interaction_->data() + bw, interaction_width_, batch, blocks));
+  return backend_->LossSum();
 }
 
 }  // namespace tessera

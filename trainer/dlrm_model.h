@@ -9,40 +9,66 @@
 // initialization is U(+-1/sqrt(fan_in)) for weights and biases (torch's
 // Linear default), a pure function of (seed, layer, index): every trainer
 // starts with the same replica without a broadcast.
+//
+// The model computes on a DenseBackend (trainer/dense_backend.h): parameters,
+// gradients and activations are in its memory (device memory on a GPU). The
+// batch comes from the host and the pooled-feature gradients go back to it,
+// since both travel over ZeroMQ. Not thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/job_config.h"
+#include "common/status.h"
+#include "trainer/dense_backend.h"
 
 namespace tessera {
 
 class DlrmModel {
  public:
   // feature_dims: embedding width of each feature, in interaction order.
+  // `backend` must outlive the model.
+  static StatusOr<std::unique_ptr<DlrmModel>> Create(const ModelConfig& config, std::vector<int> feature_dims,
+                                                     uint64_t seed, DenseBackend* backend);
+  // The same on a CPU backend of its own (host memory cannot fail to allocate).
   DlrmModel(const ModelConfig& config, std::vector<int> feature_dims, uint64_t seed);
 
-  std::span<float> params() { return params_; }
-  std::span<const float> params() const { return params_; }
-  std::span<float> grads() { return grads_; }
-  int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
+  DlrmModel(const DlrmModel&) = delete;
+  DlrmModel& operator=(const DlrmModel&) = delete;
+
+  // In the backend's memory: host memory on the CPU (read and written
+  // directly by tests), device memory on a GPU (for the collective and the
+  // optimizer; use CopyParamsToHost / LoadParams from the host).
+  std::span<float> params() { return params_->span(); }
+  std::span<float> grads() { return grads_->span(); }
+  DenseBackend* backend() const { return backend_; }
+  bool on_device() const { return backend_->on_device(); }
+  int64_t num_params() const { return params_->size(); }
   int64_t interaction_width() const { return interaction_width_; }
 
-  // One forward and backward pass over a batch of B examples:
+  // The parameters on the host, in the flat layout of ParamInfos (checkpoints
+  // and dumps), and back. LoadParams fails on a size mismatch.
+  StatusOr<std::vector<float>> CopyParamsToHost();
+  Status LoadParams(std::span<const float> host);
+
+  // One forward and backward pass over a batch of B examples (host memory):
   //   dense     [B x num_dense_features]
   //   features  per feature, [B x dim_f] pooled embeddings
   //   labels    [B]
   // Gradients are of loss_scale * (sum of per-example losses): pass
   // 1 / (examples in the global batch) for the mean over all trainers.
-  // Overwrites grads() and d_features (resized to [B x dim_f] each).
-  // Returns the sum of the per-example losses (unscaled).
-  double ForwardBackward(const float* dense, const std::vector<const float*>& features, const float* labels,
-                         int64_t batch, float loss_scale, std::vector<std::vector<float>>* d_features);
+  // Overwrites grads() and d_features (resized to [B x dim_f] each, host).
+  // Returns the sum of the per-example losses (unscaled). All work is done
+  // when it returns.
+  StatusOr<double> ForwardBackward(const float* dense, const std::vector<const float*>& features, const float* labels,
+                                   int64_t batch, float loss_scale, std::vector<std::vector<float>>* d_features);
 
-  // Logits of a batch, [B].
-  void Predict(const float* dense, const std::vector<const float*>& features, int64_t batch, float* logits);
+  // Logits of a batch, [B], into host memory.
+  Status Predict(const float* dense, const std::vector<const float*>& features, int64_t batch, float* logits);
 
   // Names and shapes of the parameters, for dumps: "bottom.0.weight" [out x in], ...
   struct ParamInfo {
@@ -58,18 +84,29 @@ class DlrmModel {
     bool relu = true;
     std::string name;
   };
-  // Runs the layers; acts_[i] holds layer i's input (acts_.back() the logits).
-  void Forward(const float* dense, const std::vector<const float*>& features, int64_t batch);
+  DlrmModel(const ModelConfig& config, std::vector<int> feature_dims, DenseBackend* backend);
+  // Lays out the layers, allocates and initializes the parameters.
+  Status Init(uint64_t seed);
+  // Runs the layers; top_acts_.back() holds the logits.
+  Status Forward(const float* dense, const std::vector<const float*>& features, int64_t batch);
+  // Width of the bottom MLP's output (the dense features when it is empty).
+  int64_t BottomWidth() const;
+  float* param(int64_t offset) { return params_->data() + offset; }
+  float* grad(int64_t offset) { return grads_->data() + offset; }
 
   ModelConfig config_;
   std::vector<int> feature_dims_;
+  std::unique_ptr<DenseBackend> owned_backend_;  // the CPU constructor's
+  DenseBackend* backend_;
   int64_t interaction_width_ = 0;
   std::vector<Layer> bottom_, top_;
-  std::vector<float> params_, grads_;
+  std::unique_ptr<DenseArray> params_, grads_;
   // Activations of the last forward: bottom_acts_[i] = input of bottom layer i,
   // top_acts_[i] = input of top layer i; the last entry of each = its output.
-  std::vector<std::vector<float>> bottom_acts_, top_acts_;
-  std::vector<float> dy_, dx_;
+  std::vector<std::unique_ptr<DenseArray>> bottom_acts_, top_acts_;
+  // labels_: the batch's labels; dy_, dx_: gradients of a layer's output and
+  // input; d_interaction_: gradient of the concatenation [B x width].
+  std::unique_ptr<DenseArray> labels_, dy_, dx_, d_interaction_;
 };
 
 }  // namespace tessera

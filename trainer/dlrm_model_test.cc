@@ -1,6 +1,7 @@
 // The dense model's gradients against finite differences of its own loss.
 #include "trainer/dlrm_model.h"
 
+#include <glog/logging.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -39,7 +40,8 @@ std::vector<const float*> Ptrs(const Batch& b) {
 
 double Loss(DlrmModel& model, const Batch& b) {
   std::vector<float> logits(b.B);
-  model.Predict(b.dense.data(), Ptrs(b), b.B, logits.data());
+  const Status st = model.Predict(b.dense.data(), Ptrs(b), b.B, logits.data());
+  CHECK(st.ok()) << st;
   double sum = 0;
   for (int64_t i = 0; i < b.B; ++i) {
     const double z = logits[i], y = b.labels[i];
@@ -58,7 +60,9 @@ TEST(DlrmModelTest, GradientsMatchFiniteDifferences) {
   EXPECT_EQ(model.interaction_width(), 4 + 2 + 3);
   const Batch b = MakeBatch(m, dims, 1);
   std::vector<std::vector<float>> d_features;
-  const double loss_sum = model.ForwardBackward(b.dense.data(), Ptrs(b), b.labels.data(), b.B, 1.0f / b.B, &d_features);
+  StatusOr<double> loss = model.ForwardBackward(b.dense.data(), Ptrs(b), b.labels.data(), b.B, 1.0f / b.B, &d_features);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  const double loss_sum = *loss;
   EXPECT_NEAR(loss_sum / b.B, Loss(model, b), 1e-5);
   std::vector<float> grads(model.grads().begin(), model.grads().end());
 
@@ -106,10 +110,44 @@ TEST(DlrmModelTest, SameSeedSameReplicaAndTrainingLowersLoss) {
   const double before = Loss(a, batch);
   std::vector<std::vector<float>> d;
   for (int i = 0; i < 50; ++i) {
-    a.ForwardBackward(batch.dense.data(), Ptrs(batch), batch.labels.data(), batch.B, 1.0f / batch.B, &d);
-    opt->Step(a.params(), a.grads());
+    ASSERT_TRUE(a.ForwardBackward(batch.dense.data(), Ptrs(batch), batch.labels.data(), batch.B, 1.0f / batch.B, &d)
+                    .ok());
+    ASSERT_TRUE(opt->Step(a.params(), a.grads()).ok());
   }
   EXPECT_LT(Loss(a, batch), 0.5 * before);
+}
+
+// Checkpoints and dumps go through the host copies on every backend.
+TEST(DlrmModelTest, ParamsRoundTripThroughTheHost) {
+  ModelConfig m;
+  m.num_dense_features = 2;
+  m.bottom_mlp = {3};
+  m.top_mlp = {2, 1};
+  DlrmModel a(m, {2}, 5), b(m, {2}, 6);
+  StatusOr<std::vector<float>> params = a.CopyParamsToHost();
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_TRUE(std::equal(params->begin(), params->end(), a.params().begin(), a.params().end()));
+  ASSERT_TRUE(b.LoadParams(*params).ok());
+  EXPECT_TRUE(std::equal(a.params().begin(), a.params().end(), b.params().begin(), b.params().end()));
+  EXPECT_EQ(b.LoadParams(std::vector<float>(3)).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(DenseOptimizerTest, StateRoundTripsAndRejectsAWrongSize) {
+  OptimizerSpec spec;
+  spec.type = "adam";
+  auto opt = DenseOptimizer::Create(spec, 4);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  std::vector<float> params = {1, 2, 3, 4}, grads = {0.5f, -0.5f, 0.25f, 0};
+  ASSERT_TRUE(opt->Step(params, grads).ok());
+  StatusOr<std::vector<float>> state = opt->CopyStateToHost();
+  ASSERT_TRUE(state.ok());
+  ASSERT_EQ(state->size(), 8u);
+  EXPECT_FLOAT_EQ((*state)[0], 0.1f * 0.5f);  // m = (1 - beta1) g after one step
+  auto other = DenseOptimizer::Create(spec, 4);
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(other->Restore(*state, opt->steps()).ok());
+  EXPECT_EQ(*other->CopyStateToHost(), *state);
+  EXPECT_EQ(other->Restore(std::vector<float>(3), 1).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(DenseOptimizerTest, RejectsRowWiseAdagrad) {

@@ -12,8 +12,8 @@
 #include <gloo/transport/tcp/device.h>
 #include <glog/logging.h>
 
-#include "common/messages.h"
 #include "trainer/collective.h"
+#include "trainer/master_store.h"
 
 namespace tessera {
 namespace {
@@ -23,9 +23,11 @@ class LocalCollective final : public Collective {
   int rank() const override { return 0; }
   int world() const override { return 1; }
   Status AllReduceSum(std::span<float>) override { return Status::OK(); }
+  // A sum over one trainer touches nothing, so the memory may be anywhere.
+  Status AllReduceSumDevice(float*, int64_t) override { return Status::OK(); }
 };
 
-// gloo::rendezvous::Store over the master's STORE_SET / STORE_GET. Gloo's
+// gloo::rendezvous::Store over the master's store (trainer/master_store.h). Gloo's
 // interface reports failure by exception; Rendezvous() below turns it into a
 // Status.
 class MasterStore final : public gloo::rendezvous::Store {
@@ -34,21 +36,14 @@ class MasterStore final : public gloo::rendezvous::Store {
       : client_(client), peer_(peer), timeout_(timeout) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    Message m(Opcode::kStoreSet);
-    m.AddString(key);
-    m.AddBytes(data.data(), data.size());
-    auto r = client_->CallSync(peer_, std::move(m), timeout_);
-    if (!r.ok()) throw gloo::IoException("store set " + key + ": " + r.status().ToString());
+    const Status st = MasterStoreSet(client_, peer_, key, data.data(), data.size(), timeout_);
+    if (!st.ok()) throw gloo::IoException(st.ToString());
   }
 
   std::vector<char> get(const std::string& key) override {
-    Message m(Opcode::kStoreGet);
-    m.AddString(key);
-    auto r = client_->CallSync(peer_, std::move(m), timeout_);
-    if (!r.ok()) throw gloo::IoException("store get " + key + ": " + r.status().ToString());
-    if (r->frames.size() != 1) throw gloo::IoException("store get " + key + ": malformed reply");
-    const auto& f = r->frames[0];
-    return std::vector<char>(static_cast<const char*>(f.data()), static_cast<const char*>(f.data()) + f.size());
+    StatusOr<std::string> value = MasterStoreGet(client_, peer_, key, timeout_);
+    if (!value.ok()) throw gloo::IoException(value.status().ToString());
+    return std::vector<char>(value->begin(), value->end());
   }
 
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
@@ -84,6 +79,11 @@ class GlooCollective final : public Collective {
       return Status::Unavailable(std::string("allreduce failed (a trainer died or hangs?): ") + e.what());
     }
     return Status::OK();
+  }
+
+  Status AllReduceSumDevice(float*, int64_t) override {
+    return Status::FailedPrecondition(
+        "the Gloo collective sums host memory; device gradients need the NCCL collective (a trainer on cuda:N)");
   }
 
  private:

@@ -14,10 +14,15 @@
 #include "kernels/dense_ops.h"
 #include "trainer/collective.h"
 #include "trainer/data_factory.h"
+#include "trainer/dense_backend.h"
 #include "trainer/dense_optimizer.h"
 #include "trainer/dlrm_model.h"
 #include "trainer/embedding_client.h"
 #include "trainer/training_loop.h"
+
+#if defined(TESSERA_HAVE_NCCL)
+#include "trainer/collective_nccl.h"
+#endif
 
 namespace tessera {
 
@@ -29,6 +34,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Start(const TrainerOptions& options)
   if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
     return Status::InvalidArgument("--rank must be in [0, --world)");
   }
+#if !defined(TESSERA_HAVE_NCCL)
+  if (options.device >= 0) {
+    return Status::Unavailable("--device cuda:" + std::to_string(options.device) +
+                               ": this trainer was built without NCCL (not found at build time), which the GPU "
+                               "path needs for the dense allreduce; rebuild with NCCL installed or use --device cpu");
+  }
+#endif
   std::unique_ptr<Trainer> t(new Trainer());
   t->options_ = options;
   TESSERA_ASSIGN_OR_RETURN(t->client_, RpcClient::Create());
@@ -152,26 +164,25 @@ Status Trainer::Train(const json& start, json* report) {
 
   std::vector<int> dims;
   for (const TableConfig& t : job.tables) dims.insert(dims.end(), t.feature_names.size(), t.embedding_dim);
-  DlrmModel model(job.model, dims, job.training.seed);
-  TESSERA_ASSIGN_OR_RETURN(DenseOptimizer optimizer,
-                           DenseOptimizer::Create(job.training.dense_optimizer, model.num_params()));
-
-  GlooCollectiveOptions go;
-  go.rank = options_.rank;
-  go.world = options_.world;
-  go.host = options_.host;
-  go.prefix = "gloo/" + job.name;
-  go.timeout = milliseconds(job.runtime.collective_timeout_ms);
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Collective> collective, NewGlooCollective(go, client_.get(), master_peer_));
+  // The backend first: on a GPU it makes the device current for what follows.
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<DenseBackend> backend, NewDenseBackend(options_.device));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<DlrmModel> model_ptr,
+                           DlrmModel::Create(job.model, dims, job.training.seed, backend.get()));
+  DlrmModel& model = *model_ptr;
+  TESSERA_ASSIGN_OR_RETURN(DenseOptimizer optimizer, DenseOptimizer::Create(job.training.dense_optimizer,
+                                                                            model.num_params(), backend.get()));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Collective> collective, OpenCollective(job));
+  LOG(INFO) << "trainer " << options_.rank << ": dense model on " << backend->name();
 
   // Trainer state, what a checkpoint keeps of the trainers: the dense model
   // and its optimizer, and the data-parallel tables (trainer 0 sends it).
   auto save_state = [&]() -> StatusOr<std::string> {
     std::vector<ParamArray> arrays = local_tables.Export();
-    arrays.push_back(ParamArray::Floats("dense.params", 1, model.num_params(),
-                                        std::vector<float>(model.params().begin(), model.params().end())));
-    arrays.push_back(ParamArray::Floats("dense.optimizer_state", 1, static_cast<int64_t>(optimizer.state().size()),
-                                        std::vector<float>(optimizer.state().begin(), optimizer.state().end())));
+    TESSERA_ASSIGN_OR_RETURN(std::vector<float> params, model.CopyParamsToHost());
+    TESSERA_ASSIGN_OR_RETURN(std::vector<float> opt_state, optimizer.CopyStateToHost());
+    arrays.push_back(ParamArray::Floats("dense.params", 1, model.num_params(), std::move(params)));
+    const int64_t state_size = static_cast<int64_t>(opt_state.size());
+    arrays.push_back(ParamArray::Floats("dense.optimizer_state", 1, state_size, std::move(opt_state)));
     arrays.push_back(ParamArray::Ints("dense.optimizer_steps", 1, 1, {optimizer.steps()}));
     return EncodeParams(arrays);
   };
@@ -186,7 +197,7 @@ Status Trainer::Train(const json& start, json* report) {
         params->f32.size() != static_cast<size_t>(model.num_params())) {
       return Status::DataLoss("the checkpoint's trainer state does not fit this model");
     }
-    std::copy(params->f32.begin(), params->f32.end(), model.params().begin());
+    TESSERA_RETURN_IF_ERROR(model.LoadParams(params->f32));
     TESSERA_RETURN_IF_ERROR(optimizer.Restore(opt->f32, steps->i64[0]));
     TESSERA_RETURN_IF_ERROR(local_tables.Import(state));
     LOG(INFO) << "trainer " << options_.rank << ": resumed at step " << start_step;
@@ -237,8 +248,9 @@ Status Trainer::Train(const json& start, json* report) {
   const std::string dump_dir = start.value("dump_dir", std::string());
   if (options_.rank == 0 && !dump_dir.empty()) {
     std::vector<ParamArray> arrays;
+    TESSERA_ASSIGN_OR_RETURN(std::vector<float> params, model.CopyParamsToHost());
     for (const auto& info : model.ParamInfos()) {
-      const float* p = model.params().data() + info.offset;
+      const float* p = params.data() + info.offset;
       arrays.push_back(ParamArray::Floats(info.name, info.rows, info.cols,
                                           std::vector<float>(p, p + info.rows * info.cols)));
     }
@@ -249,6 +261,30 @@ Status Trainer::Train(const json& start, json* report) {
     if (!local_tables.empty()) TESSERA_RETURN_IF_ERROR(WriteParamFile(dump_dir + "/dp.params", local_tables.Export()));
   }
   return Status::OK();
+}
+
+StatusOr<std::unique_ptr<Collective>> Trainer::OpenCollective(const JobConfig& job) {
+  if (options_.world == 1) return NewLocalCollective();
+  if (options_.device >= 0) {
+#if defined(TESSERA_HAVE_NCCL)
+    NcclCollectiveOptions no;
+    no.rank = options_.rank;
+    no.world = options_.world;
+    no.device = options_.device;
+    no.prefix = "nccl/" + job.name;
+    no.timeout = milliseconds(job.runtime.collective_timeout_ms);
+    return NewNcclCollective(no, client_.get(), master_peer_);
+#else
+    return Status::Unavailable("built without NCCL: no collective for GPU trainers");  // Start() refuses earlier
+#endif
+  }
+  GlooCollectiveOptions go;
+  go.rank = options_.rank;
+  go.world = options_.world;
+  go.host = options_.host;
+  go.prefix = "gloo/" + job.name;
+  go.timeout = milliseconds(job.runtime.collective_timeout_ms);
+  return NewGlooCollective(go, client_.get(), master_peer_);
 }
 
 Status Trainer::Run() {

@@ -14,8 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/job_config.h"
 #include "common/rpc_client.h"
 #include "common/status.h"
+#include "trainer/collective.h"
 
 namespace tessera {
 
@@ -29,6 +31,10 @@ struct TrainerOptions {
   std::string host = "127.0.0.1";
   // BLAS threads for the dense layers. Several trainers often share a host.
   int blas_threads = 1;
+  // Where the dense model computes: -1 the CPU (OpenBLAS, Gloo allreduce);
+  // N >= 0 CUDA device N (cuBLAS, optimizer on the GPU, NCCL allreduce).
+  // The embeddings travel the same way on both.
+  int device = -1;
   int64_t register_timeout_ms = 120000;
 };
 
@@ -45,6 +51,8 @@ class Trainer {
   Status Register();
   StatusOr<nlohmann::json> WaitStart();
   Status Train(const nlohmann::json& start, nlohmann::json* report);
+  // Local for a world of one, NCCL between GPU trainers, Gloo between CPU ones.
+  StatusOr<std::unique_ptr<Collective>> OpenCollective(const JobConfig& job);
   void HeartbeatLoop();
   void SendProgress(const nlohmann::json& progress);
 

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   options.metrics_file = FLAGS_metrics_file;
   options.host = FLAGS_host;
   options.blas_threads = FLAGS_blas_threads;
+  options.device = *device;
   options.register_timeout_ms = FLAGS_register_timeout_ms;
   auto trainer = tessera::Trainer::Start(options);
   if (!trainer.ok()) {

@@ -159,17 +159,23 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
       TESSERA_RETURN_IF_ERROR(LookupAll(static_cast<uint64_t>(step), batch.sparse, false, &features, &pooled));
     }
     const auto t2 = Clock::now();
-    const double loss_sum = model_->ForwardBackward(batch.dense.data(), pooled, batch.labels.data(), batch.size,
-                                                    1.0f / static_cast<float>(share.global_count), &d_features);
+    TESSERA_ASSIGN_OR_RETURN(const double loss_sum,
+                             model_->ForwardBackward(batch.dense.data(), pooled, batch.labels.data(), batch.size,
+                                                     1.0f / static_cast<float>(share.global_count), &d_features));
     ExpandSequenceGrads(batch.sparse, &d_features);
     const auto t3 = Clock::now();
     // The embedding gradients travel while the dense ones are allreduced.
     TESSERA_RETURN_IF_ERROR(embeddings_->StartPush(d_features));
     TESSERA_RETURN_IF_ERROR(local_tables_->Backward(batch.sparse, d_features));
-    TESSERA_RETURN_IF_ERROR(collective_->AllReduceSum(model_->grads()));
+    // On a GPU the gradients are summed where they are, in device memory.
+    if (model_->on_device()) {
+      TESSERA_RETURN_IF_ERROR(collective_->AllReduceSumDevice(model_->grads().data(), model_->num_params()));
+    } else {
+      TESSERA_RETURN_IF_ERROR(collective_->AllReduceSum(model_->grads()));
+    }
     TESSERA_RETURN_IF_ERROR(AgreeOnCheckpoint(&agreed_checkpoint));
     TESSERA_RETURN_IF_ERROR(local_tables_->Step(collective_));
-    optimizer_->Step(model_->params(), model_->grads());
+    TESSERA_RETURN_IF_ERROR(optimizer_->Step(model_->params(), model_->grads()));
     const auto t4 = Clock::now();
     TESSERA_RETURN_IF_ERROR(embeddings_->WaitPush());
     const auto t5 = Clock::now();
@@ -236,7 +242,7 @@ StatusOr<nlohmann::json> TrainingLoop::Evaluate(DataSource* data, uint64_t step)
     const int64_t count = std::min(chunk, n - begin);
     TESSERA_RETURN_IF_ERROR(data->Read(begin, count, &batch));
     TESSERA_RETURN_IF_ERROR(LookupAll(step, batch.sparse, /*inference=*/true, &features, &pooled));
-    model_->Predict(batch.dense.data(), pooled, count, logits.data() + begin);
+    TESSERA_RETURN_IF_ERROR(model_->Predict(batch.dense.data(), pooled, count, logits.data() + begin));
     std::copy(batch.labels.begin(), batch.labels.end(), labels.begin() + begin);
   }
   return nlohmann::json{{"examples", n}, {"log_loss", MeanLogLoss(logits, labels)}, {"auc", RocAuc(logits, labels)}};

@@ -1,0 +1,206 @@
+// NCCL allreduce with a non-blocking communicator: every NCCL call returns at
+// once and this file waits for it with a deadline, polling the
+// communicator's error state, so a dead peer ends in an error and
+// ncclCommAbort instead of a hang inside NCCL.
+#include "trainer/collective_nccl.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <thread>
+
+#include <glog/logging.h>
+
+#include "kernels/cuda/device_cuda.h"
+#include "trainer/master_store.h"
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using kernels::DeviceBuffer;
+using kernels::FromCuda;
+using kernels::PinnedBuffer;
+
+// How often a wait looks at the communicator and the stream. Short: an
+// allreduce of a dense model takes from tens of microseconds.
+constexpr std::chrono::microseconds kPollInterval{20};
+
+Status FromNccl(ncclResult_t result, ncclComm_t comm, const std::string& what) {
+  if (result == ncclSuccess || result == ncclInProgress) return Status::OK();
+  std::string message = what + ": " + ncclGetErrorString(result);
+  const char* last = comm != nullptr ? ncclGetLastError(comm) : nullptr;
+  if (last != nullptr && last[0] != '\0') message += std::string(" (") + last + ")";
+  if (result == ncclRemoteError || result == ncclSystemError) {
+    return Status::Unavailable(message + " (a trainer died or its network failed?)");
+  }
+  if (result == ncclInvalidArgument || result == ncclInvalidUsage) return Status::InvalidArgument(message);
+  return Status::Internal(message);
+}
+
+class NcclCollective final : public Collective {
+ public:
+  NcclCollective(const NcclCollectiveOptions& options, ncclComm_t comm, cudaStream_t stream)
+      : options_(options), comm_(comm), stream_(stream) {}
+
+  ~NcclCollective() override {
+    if (comm_ != nullptr && !aborted_) {
+      // Finalize flushes pending work; if a peer is gone it may never end,
+      // so it gets the same deadline as everything else, then an abort.
+      // WaitComm and Abort abort at most once; an aborted communicator is freed.
+      Status st = FromNccl(ncclCommFinalize(comm_), comm_, "ncclCommFinalize");
+      if (st.ok()) st = WaitComm("finalizing the NCCL communicator");
+      if (!st.ok()) {
+        (void)Abort(st);
+      } else {
+        st = FromNccl(ncclCommDestroy(comm_), comm_, "ncclCommDestroy");
+        LOG_IF(WARNING, !st.ok()) << "NCCL collective: " << st;
+      }
+    }
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return options_.rank; }
+  int world() const override { return options_.world; }
+
+  Status AllReduceSum(std::span<float> data) override {
+    if (data.empty()) return Status::OK();
+    const size_t bytes = data.size() * sizeof(float);
+    if (bytes > pinned_.size()) {
+      pinned_ = PinnedBuffer();
+      TESSERA_ASSIGN_OR_RETURN(pinned_, PinnedBuffer::Allocate(bytes));
+    }
+    TESSERA_RETURN_IF_ERROR(staging_.Reserve(bytes));
+    std::memcpy(pinned_.data(), data.data(), bytes);
+    TESSERA_RETURN_IF_ERROR(FromCuda(
+        cudaMemcpyAsync(staging_.data(), pinned_.data(), bytes, cudaMemcpyHostToDevice, stream_), "allreduce: upload"));
+    TESSERA_RETURN_IF_ERROR(AllReduceSumDevice(staging_.as<float>(), static_cast<int64_t>(data.size())));
+    TESSERA_RETURN_IF_ERROR(FromCuda(
+        cudaMemcpyAsync(pinned_.data(), staging_.data(), bytes, cudaMemcpyDeviceToHost, stream_),
+        "allreduce: download"));
+    TESSERA_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(stream_), "allreduce: cudaStreamSynchronize"));
+    std::memcpy(data.data(), pinned_.data(), bytes);
+    return Status::OK();
+  }
+
+  Status AllReduceSumDevice(float* data, int64_t n) override {
+    if (aborted_) return Status::FailedPrecondition("the NCCL communicator was aborted after an earlier failure");
+    if (n <= 0) return Status::OK();
+    // The caller's work on `data` (the gradients) is complete: the dense
+    // backend waits before ForwardBackward returns.
+    TESSERA_RETURN_IF_ERROR(
+        FromNccl(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_), comm_,
+                 "ncclAllReduce"));
+    TESSERA_RETURN_IF_ERROR(WaitComm("enqueueing the NCCL allreduce"));
+    return WaitStream();
+  }
+
+  // Waits until the communicator has finished its pending call, at most the
+  // timeout; aborts it on failure, so no NCCL work is left waiting on a peer.
+  Status WaitComm(const std::string& what) {
+    const auto deadline = Clock::now() + options_.timeout;
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      Status st = FromNccl(ncclCommGetAsyncError(comm_, &state), comm_, "ncclCommGetAsyncError");
+      if (st.ok()) st = FromNccl(state, comm_, what);
+      if (!st.ok()) return Abort(st);
+      if (state == ncclSuccess) return Status::OK();
+      if (Clock::now() > deadline) {
+        return Abort(Status::DeadlineExceeded(what + ": no progress in " + std::to_string(options_.timeout.count()) +
+                                              " ms (a trainer died or hangs?)"));
+      }
+      std::this_thread::sleep_for(kPollInterval);
+    }
+  }
+
+ private:
+  // Waits for the stream, watching the communicator meanwhile: a collective
+  // waiting on a dead peer never completes by itself.
+  Status WaitStream() {
+    const auto deadline = Clock::now() + options_.timeout;
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess) return Status::OK();
+      if (e != cudaErrorNotReady) return Abort(FromCuda(e, "NCCL allreduce"));
+      ncclResult_t state = ncclSuccess;
+      Status st = FromNccl(ncclCommGetAsyncError(comm_, &state), comm_, "ncclCommGetAsyncError");
+      if (st.ok()) st = FromNccl(state, comm_, "NCCL allreduce");
+      if (!st.ok()) return Abort(st);
+      if (Clock::now() > deadline) {
+        return Abort(Status::DeadlineExceeded("NCCL allreduce did not finish in " +
+                                              std::to_string(options_.timeout.count()) +
+                                              " ms (a trainer died or hangs?)"));
+      }
+      std::this_thread::sleep_for(kPollInterval);
+    }
+  }
+
+  Status Abort(const Status& why) {
+    if (!aborted_) {
+      LOG(ERROR) << "NCCL collective, rank " << options_.rank << ": " << why << "; aborting the communicator";
+      ncclCommAbort(comm_);
+      aborted_ = true;
+    }
+    return why;
+  }
+
+  NcclCollectiveOptions options_;
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  bool aborted_ = false;
+  PinnedBuffer pinned_;   // host data of AllReduceSum
+  DeviceBuffer staging_;  // its device copy
+};
+
+StatusOr<ncclUniqueId> ExchangeUniqueId(const NcclCollectiveOptions& options, RpcClient* client, int master_peer) {
+  const std::string key = options.prefix + "/unique_id";
+  ncclUniqueId id;
+  if (options.rank == 0) {
+    TESSERA_RETURN_IF_ERROR(FromNccl(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId"));
+    TESSERA_RETURN_IF_ERROR(MasterStoreSet(client, master_peer, key, &id, sizeof(id), options.timeout));
+    return id;
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::string bytes, MasterStoreGet(client, master_peer, key, options.timeout));
+  if (bytes.size() != sizeof(id)) {
+    return Status::DataLoss("NCCL unique id under " + key + " has " + std::to_string(bytes.size()) +
+                            " bytes, expected " + std::to_string(sizeof(id)) + " (another NCCL version?)");
+  }
+  std::memcpy(&id, bytes.data(), sizeof(id));
+  return id;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Collective>> NewNcclCollective(const NcclCollectiveOptions& options, RpcClient* client,
+                                                        int master_peer) {
+  if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
+    return Status::InvalidArgument("NCCL collective: rank must be in [0, world)");
+  }
+  TESSERA_RETURN_IF_ERROR(
+      FromCuda(cudaSetDevice(options.device), "cudaSetDevice(" + std::to_string(options.device) + ")"));
+  auto id = ExchangeUniqueId(options, client, master_peer);
+  if (!id.ok()) return id.status().WithContext("NCCL rendezvous through the master");
+
+  cudaStream_t stream = nullptr;
+  TESSERA_RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  const ncclResult_t init = ncclCommInitRankConfig(&comm, options.world, *id, options.rank, &config);
+  if (init != ncclSuccess && init != ncclInProgress) {
+    const Status st = FromNccl(init, comm, "ncclCommInitRankConfig");
+    if (comm != nullptr) ncclCommAbort(comm);
+    cudaStreamDestroy(stream);
+    return st;
+  }
+  // From here the collective owns comm and stream; a failed wait aborts comm.
+  auto collective = std::make_unique<NcclCollective>(options, comm, stream);
+  TESSERA_RETURN_IF_ERROR(collective->WaitComm("creating the NCCL communicator (rank " +
+                                               std::to_string(options.rank) + " of " +
+                                               std::to_string(options.world) + ")"));
+  LOG(INFO) << "NCCL collective: rank " << options.rank << " of " << options.world << " on cuda:" << options.device;
+  return std::unique_ptr<Collective>(std::move(collective));
+}
+
+}  // namespace tessera

@@ -1,0 +1,37 @@
+// The NCCL collective: GPU trainers allreduce their dense gradients in device
+// memory. Built only with CUDA and NCCL (TESSERA_HAVE_NCCL); this header
+// declares no NCCL or CUDA types, so callers build without them.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common/rpc_client.h"
+#include "common/status.h"
+#include "trainer/collective.h"
+
+namespace tessera {
+
+struct NcclCollectiveOptions {
+  int rank = 0;
+  int world = 1;
+  // CUDA device of this trainer; made current on the calling thread.
+  int device = 0;
+  // Key of this job's NCCL unique id in the master's store: one communicator
+  // per job, so the job's name belongs in it.
+  std::string prefix = "nccl";
+  // Bounds the rendezvous, the communicator's set-up and each allreduce: a
+  // dead or stuck peer gives DeadlineExceeded / Unavailable, never a hang.
+  std::chrono::milliseconds timeout{120000};
+};
+
+// Rank 0 makes the unique id and sets it in the master's store; the others
+// get it (the get waits for it), then all create the communicator together.
+// `master_peer` is the master's peer in `client`. Calls, including
+// AllReduceSum on host memory (staged through page-locked and device
+// buffers), come from one thread, with options.device current.
+StatusOr<std::unique_ptr<Collective>> NewNcclCollective(const NcclCollectiveOptions& options, RpcClient* client,
+                                                        int master_peer);
+
+}  // namespace tessera
