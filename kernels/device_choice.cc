@@ -6,20 +6,22 @@
 
 namespace tessera::kernels {
 
-StatusOr<int> ChooseDevice(const std::string& spec, const std::string& role) {
+StatusOr<int> ChooseDevice(const std::string& spec, const std::string& role, const std::string& gpu_path_missing) {
   std::string fallback;
   TESSERA_ASSIGN_OR_RETURN(int device, ResolveDevice(spec, &fallback));
   if (device < 0) {
     if (spec == "auto") LOG(WARNING) << role << ": --device auto: falling back to CPU: " << fallback;
     return -1;
   }
-  const std::string unbuilt = "the " + role + "'s GPU path is not built yet (the CUDA kernels exist, the " + role +
-                              " does not use them)";
-  if (spec == "auto") {
-    LOG(WARNING) << role << ": --device auto found cuda:" << device << " but runs on the CPU: " << unbuilt;
-    return -1;
+  if (!gpu_path_missing.empty()) {
+    if (spec == "auto") {
+      LOG(WARNING) << role << ": --device auto found cuda:" << device << " but runs on the CPU: " << gpu_path_missing;
+      return -1;
+    }
+    return Status::Unavailable("--device " + spec + ": " + gpu_path_missing + "; use --device cpu or --device auto");
   }
-  return Status::Unimplemented("--device " + spec + ": " + unbuilt + "; use --device cpu or --device auto");
+  LOG(INFO) << role << ": running on cuda:" << device;
+  return device;
 }
 
 }  // namespace tessera::kernels

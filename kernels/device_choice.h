@@ -1,10 +1,9 @@
 // What a role does with its --device flag (cpu | auto | cuda:N).
 //
-// The CUDA kernels exist (kernels/cuda/), but the parameter server's GPU tier
-// and the trainer's cuBLAS + NCCL path are not wired into the roles yet. So
-// "cuda:N" is refused at start with a message that says which of the two
-// reasons applies (no usable GPU, or the GPU path not built yet) rather than
-// quietly running on the CPU; "auto" runs on the CPU and logs why.
+// "cuda:N" runs on GPU N, or fails at start with the reason it cannot (no
+// usable GPU, or a build that lacks what the role's GPU path needs, such as
+// NCCL for the trainer) rather than quietly running on the CPU. "auto" runs
+// on the first usable GPU, or on the CPU with the reason in the log.
 #pragma once
 
 #include <string>
@@ -13,8 +12,11 @@
 
 namespace tessera::kernels {
 
-// -1 (the CPU) or an error for the process to report and exit with.
-// `role` names the process in messages ("parameter server", "trainer").
-StatusOr<int> ChooseDevice(const std::string& spec, const std::string& role);
+// The device index (-1: the CPU) or an error for the process to report and
+// exit with. `role` names the process in messages ("parameter server",
+// "trainer"). `gpu_path_missing`: why this build cannot run the role on a GPU,
+// or "" when it can.
+StatusOr<int> ChooseDevice(const std::string& spec, const std::string& role,
+                           const std::string& gpu_path_missing = "");
 
 }  // namespace tessera::kernels

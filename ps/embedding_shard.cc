@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/config_conversion.h"
+#include "ps/device_row_store.h"
 
 namespace tessera {
 
@@ -74,6 +75,13 @@ Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const
   c.weights.assign(weights.begin(), weights.end());
   dedup->Run(ids, &c.unique_ids, &c.inverse);
 
+  if (DeviceRowStore* tier = store_->device_tier()) {
+    // The rows are on the GPU: pooling runs there, only the output comes back.
+    TESSERA_RETURN_IF_ERROR(tier->Forward(c.unique_ids, c.inverse, c.offsets,
+                                          c.weights.empty() ? nullptr : c.weights.data(), c.pooling, cols(), out));
+    *ctx = std::move(c);
+    return Status::OK();
+  }
   // Gather each distinct row once, then pool through the inverse index.
   thread_local std::vector<float> gathered;
   gathered.resize(c.unique_ids.size() * static_cast<size_t>(cols()));
@@ -94,7 +102,11 @@ Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const
   return Status::OK();
 }
 
-void EmbeddingShard::Backward(const ForwardContextEntry& ctx, const float* grad_out, float* grad_rows) const {
+Status EmbeddingShard::Backward(const ForwardContextEntry& ctx, const float* grad_out, float* grad_rows) const {
+  if (DeviceRowStore* tier = store_->device_tier()) {
+    return tier->Backward(ctx.inverse, ctx.offsets, ctx.weights.empty() ? nullptr : ctx.weights.data(), ctx.pooling,
+                          cols(), grad_out, static_cast<int64_t>(ctx.unique_ids.size()), grad_rows);
+  }
   kernels::EmbeddingBagBackwardArgs<int32_t> args;
   args.grad_out = grad_out;
   args.dim = cols();
@@ -106,10 +118,12 @@ void EmbeddingShard::Backward(const ForwardContextEntry& ctx, const float* grad_
   args.num_rows = static_cast<int64_t>(ctx.unique_ids.size());
   args.grad_rows = grad_rows;
   kernels::EmbeddingBagBackwardCpu(args);
+  return Status::OK();
 }
 
 Status EmbeddingShard::Apply(std::span<const int64_t> ids, const float* grad_rows) {
   const int dim = cols();
+  if (DeviceRowStore* tier = store_->device_tier()) return tier->Apply(optimizer_, dim, ids, grad_rows);
   return store_->Update(ids, [&](float* const* rows, int64_t n) {
     kernels::ApplySparseOptimizerCpu(optimizer_, dim, rows, grad_rows, n);
   });

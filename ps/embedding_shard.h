@@ -1,6 +1,7 @@
 // EmbeddingShard: one shard of one table on this server — its rows (in a
 // RowStore), its optimizer, and the arithmetic of a lookup and of a gradient
-// push for it. No sockets, no threads of its own: ps_service.h drives it.
+// push for it, run on the GPU where the store is a GPU tier
+// (ps/device_row_store.h) and on the CPU otherwise. No sockets, no threads of its own: ps_service.h drives it.
 #pragma once
 
 #include <cstdint>
@@ -57,8 +58,8 @@ class EmbeddingShard {
                  bool sum_partial, kernels::IdDeduper* dedup, ForwardContextEntry* ctx, float* out);
 
   // Row gradients of the context's unique ids: grad_out [out_rows x cols] ->
-  // grad_rows [U x cols].
-  void Backward(const ForwardContextEntry& ctx, const float* grad_out, float* grad_rows) const;
+  // grad_rows [U x cols]. Fails only where the GPU tier does (a device error).
+  Status Backward(const ForwardContextEntry& ctx, const float* grad_out, float* grad_rows) const;
 
   // Applies the optimizer once to each of the distinct `ids`.
   Status Apply(std::span<const int64_t> ids, const float* grad_rows);

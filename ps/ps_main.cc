@@ -5,6 +5,7 @@
 
 #include "kernels/device_choice.h"
 #include "ps/parameter_server.h"
+#include "ps/store_factory.h"
 
 DEFINE_string(master, "", "The master's address, tcp://HOST:PORT");
 DEFINE_string(bind, "tcp://127.0.0.1:0", "Where to listen (port 0: any free port)");
@@ -15,7 +16,14 @@ DEFINE_int64(memory_bytes, 0, "Bytes of embedding rows this server may hold, for
 DEFINE_string(rocksdb_path, "", "Keep rows that do not fit in --host_bytes in RocksDB under this folder");
 DEFINE_int64(host_bytes, int64_t{1} << 30, "With --rocksdb_path: host memory for rows (split among shards by size)");
 DEFINE_string(device, "cpu", "cpu, auto (a GPU if usable, else the CPU) or cuda:N");
-DEFINE_int64(gpu_bytes, 0, "GPU memory for the hottest rows (the GPU tier; not built yet, must be 0)");
+DEFINE_int64(gpu_bytes, 0,
+             "With a GPU: bytes of GPU memory for the hottest rows (the GPU tier), split among shards by size "
+             "(0: half the GPU's free memory at start)");
+DEFINE_int64(gpu_tier_min_rows, 16384,
+             "The GPU tier gives each shard at least this many rows (or all its rows), whatever its share of "
+             "--gpu_bytes; a request's distinct rows of a shard must fit at once");
+DEFINE_bool(gpu_tier_on_host, false,
+            "Testing: run the GPU tier's logic with its rows in host memory (needs --gpu_bytes), no GPU needed");
 DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
 
 int main(int argc, char** argv) {
@@ -29,13 +37,14 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "parameter server failed to start: " << device.status();
     return 1;
   }
-  if (FLAGS_gpu_bytes != 0) {
-    LOG(ERROR) << "parameter server failed to start: --gpu_bytes " << FLAGS_gpu_bytes
-               << ": the GPU tier is not built yet; use --host_bytes and --rocksdb_path";
+  tessera::ParameterServerOptions options;
+  tessera::Status gpu =
+      tessera::ConfigureGpuTier(FLAGS_device, *device, FLAGS_gpu_bytes, FLAGS_gpu_tier_on_host, &options.storage);
+  options.storage.gpu_min_slots = FLAGS_gpu_tier_min_rows;
+  if (!gpu.ok()) {
+    LOG(ERROR) << "parameter server failed to start: " << gpu;
     return 1;
   }
-
-  tessera::ParameterServerOptions options;
   options.master = FLAGS_master;
   options.bind_address = FLAGS_bind;
   options.advertise_host = FLAGS_advertise_host;

@@ -241,7 +241,7 @@ Status PsService::PushToRowGrads(const PushRequest& push, const Context& ctx, st
     g.shard = ce.shard;
     g.ids = ce.unique_ids;
     g.grads.resize(g.ids.size() * shard->cols());
-    shard->Backward(ce, push.grads.data() + offset, g.grads.data());
+    TESSERA_RETURN_IF_ERROR(shard->Backward(ce, push.grads.data() + offset, g.grads.data()));
     offset += static_cast<size_t>(pe.rows) * pe.cols;
   }
   backward_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();

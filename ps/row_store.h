@@ -21,6 +21,8 @@
 
 namespace tessera {
 
+class DeviceRowStore;
+
 // Writes the initial full row (weights and optimizer state) of `id` into
 // row[0 .. row_width). Must be a pure function of id.
 using RowInitFn = std::function<void(int64_t id, float* row)>;
@@ -73,6 +75,11 @@ class RowStore {
   // durable there; a no-op for memory-only stores. On failure the rows stay
   // where they were.
   virtual Status Flush() { return Status::OK(); }
+
+  // The GPU tier when this store is one (ps/device_row_store.h): the shard
+  // then runs its lookups and updates there rather than through rows on the
+  // host.
+  virtual DeviceRowStore* device_tier() { return nullptr; }
 
  protected:
   explicit RowStore(RowStoreOptions options) : options_(std::move(options)) {}

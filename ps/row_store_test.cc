@@ -8,11 +8,14 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <thread>
 
+#include "ps/device_row_store.h"
 #include "ps/rocks_row_store.h"
+#include "ps/slot_table.h"
 #include "ps/tiered_row_store.h"
 
 namespace tessera {
@@ -56,6 +59,15 @@ std::unique_ptr<RowStore> OpenTiered(const RowStoreOptions& rows, const std::str
   o.host_bytes = 64 * HostTierBytesPerRow(rows.row_width);
   o.policy = policy;
   return OrNull(OpenTieredRowStore(o));
+}
+
+// The GPU tier's logic with its 48 slots in host memory, over `lower`.
+std::unique_ptr<RowStore> OverSlots(const RowStoreOptions& rows, std::unique_ptr<RowStore> lower) {
+  if (lower == nullptr) return nullptr;
+  auto s = DeviceRowStore::Create(rows, NewHostSlotTable(48, rows.row_width), std::move(lower), 0,
+                                  std::numeric_limits<int64_t>::max());
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::unique_ptr<RowStore>(std::move(s).value()) : nullptr;
 }
 
 Status FlushStore(RowStore& store) { return store.Flush(); }
@@ -277,6 +289,14 @@ INSTANTIATE_TEST_SUITE_P(
         StoreKind{"tiered_lfu_aging",
                   [](const RowStoreOptions& o, const std::string& d) {
                     return OpenTiered(o, d, EvictionPolicy::kLfuAging);
+                  },
+                  true},
+        StoreKind{"gpu_tier_host_slots_over_memory",
+                  [](const RowStoreOptions& o, const std::string&) { return OverSlots(o, NewMemoryRowStore(o)); },
+                  false},
+        StoreKind{"gpu_tier_host_slots_over_tiered",
+                  [](const RowStoreOptions& o, const std::string& d) {
+                    return OverSlots(o, OpenTiered(o, d, EvictionPolicy::kLfuAging));
                   },
                   true}),
     [](const auto& info) { return info.param.name; });

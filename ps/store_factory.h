@@ -16,10 +16,39 @@ struct ShardStorageOptions {
   // Host memory for rows when rocksdb_path is set, split among the server's
   // shards by their size. Rows beyond it live in RocksDB.
   int64_t host_bytes = int64_t{1} << 30;
+
+  // The GPU tier (ps/device_row_store.h) on CUDA device gpu_device (-1: no
+  // GPU tier): gpu_bytes of device memory for the hottest rows, split among
+  // the shards by size, over the tiers above.
+  int gpu_device = -1;
+  int64_t gpu_bytes = 0;
+  // Runs the GPU tier's logic with its slots in host memory (the host
+  // SlotTable) instead of on gpu_device: how the tier is tested, end to end,
+  // on machines without a GPU. Needs gpu_bytes > 0.
+  bool gpu_tier_on_host = false;
+  // The GPU tier gives a shard no fewer slots than this (or than its rows, if
+  // fewer), whatever its share of gpu_bytes: a request's distinct rows of one
+  // shard must fit in its tier at once, so a small table with a small share
+  // would otherwise fail every lookup.
+  int64_t gpu_min_slots = 16384;
 };
 
-// Null (memory stores) when rocksdb_path is empty, else tiered stores:
-// host memory over RocksDB (ps/tiered_row_store.h).
+// Slots of a shard's GPU tier: its share of gpu_bytes in rows, at least
+// min_slots, at most its rows (then the tier holds the whole shard).
+int64_t GpuTierSlots(int64_t gpu_bytes, double memory_share, int row_width, int64_t num_rows, int64_t min_slots);
+
+// Sets options' GPU tier from a parameter server's flags: `device` is what
+// --device resolved to (-1: the CPU; `device_spec` is the flag itself),
+// gpu_bytes the --gpu_bytes flag (0 on a GPU: half the device's free memory
+// at start, so servers and trainers sharing a GPU leave each other room).
+// InvalidArgument for a GPU tier asked of a CPU server, negative bytes, or
+// gpu_tier_on_host without gpu_bytes.
+Status ConfigureGpuTier(const std::string& device_spec, int device, int64_t gpu_bytes, bool gpu_tier_on_host,
+                        ShardStorageOptions* options);
+
+// Null (memory stores) when there is neither a RocksDB path nor a GPU tier.
+// Otherwise each shard gets host memory (over RocksDB when rocksdb_path is
+// set: ps/tiered_row_store.h), under a GPU tier when one is asked for.
 RowStoreFactory MakeRowStoreFactory(const ShardStorageOptions& options);
 
 }  // namespace tessera

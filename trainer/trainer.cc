@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include <glog/logging.h>
 
@@ -21,7 +22,10 @@
 #include "trainer/training_loop.h"
 
 #if defined(TESSERA_HAVE_NCCL)
+#include "kernels/cuda/device_cuda.h"
+#include "trainer/collective_host_staged.h"
 #include "trainer/collective_nccl.h"
+#include "trainer/master_store.h"
 #endif
 
 namespace tessera {
@@ -29,18 +33,23 @@ namespace tessera {
 using nlohmann::json;
 using std::chrono::milliseconds;
 
+std::string Trainer::GpuPathMissing() {
+#if defined(TESSERA_HAVE_NCCL)
+  return "";
+#else
+  return "this trainer was built without NCCL (not found at build time), which the GPU path needs for the dense "
+         "allreduce; rebuild with NCCL installed";
+#endif
+}
+
 StatusOr<std::unique_ptr<Trainer>> Trainer::Start(const TrainerOptions& options) {
   if (options.master.empty()) return Status::InvalidArgument("the master's address is required (--master)");
   if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
     return Status::InvalidArgument("--rank must be in [0, --world)");
   }
-#if !defined(TESSERA_HAVE_NCCL)
-  if (options.device >= 0) {
-    return Status::Unavailable("--device cuda:" + std::to_string(options.device) +
-                               ": this trainer was built without NCCL (not found at build time), which the GPU "
-                               "path needs for the dense allreduce; rebuild with NCCL installed or use --device cpu");
+  if (options.device >= 0 && !GpuPathMissing().empty()) {
+    return Status::Unavailable("--device cuda:" + std::to_string(options.device) + ": " + GpuPathMissing());
   }
-#endif
   std::unique_ptr<Trainer> t(new Trainer());
   t->options_ = options;
   TESSERA_ASSIGN_OR_RETURN(t->client_, RpcClient::Create());
@@ -265,8 +274,10 @@ Status Trainer::Train(const json& start, json* report) {
 
 StatusOr<std::unique_ptr<Collective>> Trainer::OpenCollective(const JobConfig& job) {
   if (options_.world == 1) return NewLocalCollective();
-  if (options_.device >= 0) {
 #if defined(TESSERA_HAVE_NCCL)
+  // Every trainer makes the same choice (they all read the same answers).
+  TESSERA_ASSIGN_OR_RETURN(const std::string why_not_nccl, WhyNotNccl(job));
+  if (why_not_nccl.empty()) {
     NcclCollectiveOptions no;
     no.rank = options_.rank;
     no.world = options_.world;
@@ -274,10 +285,18 @@ StatusOr<std::unique_ptr<Collective>> Trainer::OpenCollective(const JobConfig& j
     no.prefix = "nccl/" + job.name;
     no.timeout = milliseconds(job.runtime.collective_timeout_ms);
     return NewNcclCollective(no, client_.get(), master_peer_);
-#else
-    return Status::Unavailable("built without NCCL: no collective for GPU trainers");  // Start() refuses earlier
-#endif
   }
+  if (options_.device >= 0) {
+    LOG(WARNING) << "trainer " << options_.rank << ": " << why_not_nccl
+                 << "; the dense allreduce goes through host memory (Gloo)";
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Collective> gloo, OpenGlooCollective(job));
+    return StageDeviceSumsThroughHost(std::move(gloo));
+  }
+#endif
+  return OpenGlooCollective(job);
+}
+
+StatusOr<std::unique_ptr<Collective>> Trainer::OpenGlooCollective(const JobConfig& job) {
   GlooCollectiveOptions go;
   go.rank = options_.rank;
   go.world = options_.world;
@@ -286,6 +305,39 @@ StatusOr<std::unique_ptr<Collective>> Trainer::OpenCollective(const JobConfig& j
   go.timeout = milliseconds(job.runtime.collective_timeout_ms);
   return NewGlooCollective(go, client_.get(), master_peer_);
 }
+
+#if defined(TESSERA_HAVE_NCCL)
+StatusOr<std::string> Trainer::WhyNotNccl(const JobConfig& job) {
+  // Each trainer says where it computes ("cpu", or its host and the GPU's PCI
+  // bus id) in the master's store, then reads what the others said. NCCL
+  // needs every trainer on a GPU of its own.
+  std::string mine = "cpu";
+  if (options_.device >= 0) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0) return Status::Unavailable("gethostname failed");
+    TESSERA_ASSIGN_OR_RETURN(const std::string bus, kernels::DevicePciBusId(options_.device));
+    mine = std::string(host) + "/" + bus;
+  }
+  const std::string prefix = "devices/" + job.name + "/";
+  const milliseconds timeout(job.runtime.collective_timeout_ms);
+  TESSERA_RETURN_IF_ERROR(MasterStoreSet(client_.get(), master_peer_, prefix + std::to_string(options_.rank),
+                                         mine.data(), mine.size(), timeout));
+  std::set<std::string> seen;
+  std::string why;
+  for (int r = 0; r < options_.world; ++r) {
+    TESSERA_ASSIGN_OR_RETURN(const std::string where,
+                             MasterStoreGet(client_.get(), master_peer_, prefix + std::to_string(r), timeout));
+    if (where == "cpu") {
+      if (why.empty()) why = "trainer " + std::to_string(r) + " runs on the CPU";
+    } else if (!seen.insert(where).second && why.empty()) {
+      why = "two trainers share the GPU " + where + ", which NCCL cannot put in one communicator";
+    }
+  }
+  return why;
+}
+#else
+StatusOr<std::string> Trainer::WhyNotNccl(const JobConfig&) { return std::string("built without NCCL"); }
+#endif
 
 Status Trainer::Run() {
   TESSERA_RETURN_IF_ERROR(Register());

@@ -41,6 +41,8 @@ struct TrainerOptions {
 class Trainer {
  public:
   static StatusOr<std::unique_ptr<Trainer>> Start(const TrainerOptions& options);
+  // Why this build cannot train on a GPU (it lacks NCCL), or "" when it can.
+  static std::string GpuPathMissing();
   ~Trainer();
 
   // Trains the job to its end and reports to the master.
@@ -52,7 +54,12 @@ class Trainer {
   StatusOr<nlohmann::json> WaitStart();
   Status Train(const nlohmann::json& start, nlohmann::json* report);
   // Local for a world of one, NCCL between GPU trainers, Gloo between CPU ones.
+  // NCCL where every trainer has a GPU of its own; otherwise Gloo, through
+  // host memory (GPU trainers stage their gradients there).
   StatusOr<std::unique_ptr<Collective>> OpenCollective(const JobConfig& job);
+  StatusOr<std::unique_ptr<Collective>> OpenGlooCollective(const JobConfig& job);
+  // "" when NCCL can serve the job, else why not; agreed through the master.
+  StatusOr<std::string> WhyNotNccl(const JobConfig& job);
   void HeartbeatLoop();
   void SendProgress(const nlohmann::json& progress);
 

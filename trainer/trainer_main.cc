@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
 
-  auto device = tessera::kernels::ChooseDevice(FLAGS_device, "trainer");
+  auto device = tessera::kernels::ChooseDevice(FLAGS_device, "trainer", tessera::Trainer::GpuPathMissing());
   if (!device.ok()) {
     LOG(ERROR) << "trainer failed to start: " << device.status();
     return 1;

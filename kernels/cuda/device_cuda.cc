@@ -119,6 +119,31 @@ StatusOr<int> ResolveDevice(const std::string& spec, std::string* fallback_reaso
 
 std::string NoCudaDeviceReason() { return UnusableReason(0); }
 
+StatusOr<int64_t> DeviceFreeBytes(int device) {
+  const std::string reason = UnusableReason(device);
+  if (!reason.empty()) return Status::Unavailable("cuda:" + std::to_string(device) + ": " + reason);
+#if defined(TESSERA_HAVE_CUDA)
+  TESSERA_RETURN_IF_ERROR(FromCuda(cudaSetDevice(device), "cudaSetDevice"));
+  size_t free_bytes = 0, total_bytes = 0;
+  TESSERA_RETURN_IF_ERROR(FromCuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
+  return static_cast<int64_t>(free_bytes);
+#else
+  return Status::Unavailable("this build has no CUDA support");
+#endif
+}
+
+StatusOr<std::string> DevicePciBusId(int device) {
+  const std::string reason = UnusableReason(device);
+  if (!reason.empty()) return Status::Unavailable("cuda:" + std::to_string(device) + ": " + reason);
+#if defined(TESSERA_HAVE_CUDA)
+  char id[64] = {};
+  TESSERA_RETURN_IF_ERROR(FromCuda(cudaDeviceGetPCIBusId(id, sizeof(id), device), "cudaDeviceGetPCIBusId"));
+  return std::string(id);
+#else
+  return Status::Unavailable("this build has no CUDA support");
+#endif
+}
+
 // ---- DeviceBuffer
 
 DeviceBuffer::~DeviceBuffer() { Release(); }

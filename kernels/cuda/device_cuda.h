@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "common/status.h"
@@ -44,6 +45,16 @@ StatusOr<int> ResolveDevice(const std::string& spec, std::string* fallback_reaso
 
 // Why no CUDA device is usable, or "" when device 0 is. For tests and logs.
 std::string NoCudaDeviceReason();
+
+// Bytes of device `device`'s memory free now (cudaMemGetInfo), for sizing
+// what a process takes at start. Unavailable without CUDA or that device.
+// Makes `device` current on the calling thread.
+StatusOr<int64_t> DeviceFreeBytes(int device);
+
+// Which physical GPU `device` is (its PCI bus id, "0000:3b:00.0"): how
+// processes on one machine find out they were given the same GPU.
+// Unavailable without CUDA or that device.
+StatusOr<std::string> DevicePciBusId(int device);
 
 // cudaMalloc'd memory on the device that is current when it is allocated,
 // freed on destruction. Move-only. Contents are uninitialized.

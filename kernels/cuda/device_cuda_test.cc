@@ -19,6 +19,28 @@ TEST(ResolveDeviceTest, CpuIsMinusOne) {
   EXPECT_EQ(*d, -1);
 }
 
+TEST(DeviceFreeBytesTest, SaysHowMuchIsFreeOrWhyThereIsNoGpu) {
+  StatusOr<int64_t> free_bytes = DeviceFreeBytes(0);
+  if (HasGpu()) {
+    ASSERT_TRUE(free_bytes.ok()) << free_bytes.status();
+    EXPECT_GT(*free_bytes, 0);
+  } else {
+    ASSERT_FALSE(free_bytes.ok());
+    EXPECT_EQ(free_bytes.status().code(), StatusCode::kUnavailable) << free_bytes.status();
+  }
+  EXPECT_FALSE(DeviceFreeBytes(4096).ok());
+}
+
+TEST(DevicePciBusIdTest, NamesTheGpuOrSaysWhyNot) {
+  StatusOr<std::string> id = DevicePciBusId(0);
+  if (HasGpu()) {
+    ASSERT_TRUE(id.ok()) << id.status();
+    EXPECT_NE(id->find(':'), std::string::npos) << *id;
+  } else {
+    EXPECT_EQ(id.status().code(), StatusCode::kUnavailable) << id.status();
+  }
+}
+
 TEST(ResolveDeviceTest, BadSpecsAreInvalidArguments) {
   for (const char* spec : {"", "gpu", "cuda", "cuda:", "cuda:x", "cuda:-1", "cuda:1a", "CPU", "cuda:123456"}) {
     StatusOr<int> d = ResolveDevice(spec);

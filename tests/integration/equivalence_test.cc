@@ -72,6 +72,11 @@ struct Case {
   int num_ps = 1;
   // Servers keep rows in RocksDB under a host budget a tenth of the tables.
   bool tiered = false;
+  // When > 0, servers put a GPU tier of this many rows a shard above that
+  // (with its rows in host memory: the tier's logic, run where there is no
+  // GPU). Fewer rows than the larger shards, so rows are evicted and fetched
+  // back; enough for the distinct rows of one request to a shard.
+  int gpu_tier_rows = 0;
 };
 
 class EquivalenceTest : public ::testing::TestWithParam<Case> {};
@@ -88,6 +93,13 @@ TEST_P(EquivalenceTest, TwoTrainersEqualOneProcessWithTheConcatenatedBatch) {
     // The tables hold about 7 KB of rows and state: 700 bytes keeps a few rows
     // in memory and the rest in RocksDB, evicted and promoted all run long.
     ps_args = {"--rocksdb_path", cluster.dir() + "/rocks{i}", "--host_bytes", "700"};
+  }
+  if (c.gpu_tier_rows > 0) {
+    // --gpu_bytes is too small for any shard: every shard gets the floor.
+    for (const std::string& a : {std::string("--gpu_tier_on_host"), std::string("--gpu_bytes"), std::string("100"),
+                                 std::string("--gpu_tier_min_rows"), std::to_string(c.gpu_tier_rows)}) {
+      ps_args.push_back(a);
+    }
   }
   ASSERT_TRUE(cluster.StartJob(config, num_ps, 2, {"--dump_dir", dump}, ps_args).ok());
   const int code = cluster.Wait("master", milliseconds(90000));
@@ -178,19 +190,28 @@ TEST_P(EquivalenceTest, TwoTrainersEqualOneProcessWithTheConcatenatedBatch) {
     moved = std::max(moved, static_cast<double>(std::fabs(reference->dense[k] - layout.params()[k])));
   }
   EXPECT_GT(moved, 1e-3);
-  if (c.tiered) {
-    // The run must really have gone through RocksDB.
+  if (c.tiered || c.gpu_tier_rows > 0) {
+    // The run must really have gone through RocksDB, and through the GPU tier.
     const json summary = json::parse(std::ifstream(cluster.dir() + "/summary.json"));
-    int64_t evictions = 0, rocksdb_reads = 0;
+    int64_t evictions = 0, gpu_evictions = 0, rocksdb_reads = 0;
     for (const json& ps : summary["parameter_servers"]) {
       for (const json& shard : ps["shards"]) {
         rocksdb_reads += shard["rocksdb_rows_read"].get<int64_t>();
-        for (const json& tier : shard["tiers"]) evictions += tier["evictions"].get<int64_t>();
+        for (const json& tier : shard["tiers"]) {
+          evictions += tier["evictions"].get<int64_t>();
+          if (tier.value("tier", std::string()) == "gpu") gpu_evictions += tier["evictions"].get<int64_t>();
+        }
       }
     }
-    EXPECT_GT(evictions, 100);
-    EXPECT_GT(rocksdb_reads, 100);
-    std::cout << "tiered: " << evictions << " evictions, " << rocksdb_reads << " RocksDB row reads\n";
+    if (c.tiered) {
+      EXPECT_GT(evictions - gpu_evictions, 100);
+      EXPECT_GT(rocksdb_reads, 100);
+    }
+    if (c.gpu_tier_rows > 0) {
+      EXPECT_GT(gpu_evictions, 20);
+    }
+    std::cout << "tiers: " << evictions - gpu_evictions << " host evictions, " << gpu_evictions
+              << " GPU-tier evictions, " << rocksdb_reads << " RocksDB row reads\n";
   }
   std::cout << "sharding " << sharding << " on " << num_ps
             << " servers: max |distributed - reference| = " << max_diff << " over " << rows_compared << " rows ("
@@ -206,11 +227,17 @@ std::vector<Case> AllCases() {
   // Tables 10x the host budget train to the same parameters.
   out.push_back({"table_wise", 2, true});
   out.push_back({"row_wise", 2, true});
+  // A GPU tier smaller than the tables, over host memory and over RocksDB.
+  // Row shards of at most 49 rows; one request touches at most 30 of one.
+  out.push_back({"row_wise", 2, false, 30});
+  // "mid" serves two features: up to 48 distinct rows in one request.
+  out.push_back({"table_wise", 2, true, 48});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Sharding, EquivalenceTest, ::testing::ValuesIn(AllCases()), [](const auto& info) {
-  return info.param.sharding + "_" + std::to_string(info.param.num_ps) + "ps" + (info.param.tiered ? "_tiered" : "");
+  return info.param.sharding + "_" + std::to_string(info.param.num_ps) + "ps" + (info.param.tiered ? "_tiered" : "") +
+         (info.param.gpu_tier_rows > 0 ? "_gpu_tier_on_host" : "");
 });
 
 }  // namespace
