@@ -34,9 +34,11 @@
 
 #include "kernels/dedup.h"
 #include "kernels/sparse_optimizer.h"
+#include "ps/device_row_store.h"
 #include "ps/rocks_row_store.h"
 #include "ps/row_store.h"
 #include "ps/row_store_stats.h"
+#include "ps/slot_table.h"
 #include "ps/tiered_row_store.h"
 
 DEFINE_int64(rows, 2000000, "rows of the table");
@@ -48,7 +50,9 @@ DEFINE_int32(warmup_batches, 300, "batches before timing (the host tier fills)")
 DEFINE_int32(batches, 600, "timed batches (over all threads)");
 DEFINE_int32(threads, 1, "threads running batches");
 DEFINE_bool(prefill, true, "write every row to RocksDB before timing");
-DEFINE_string(stores, "memory,lru,lfu_aging", "comma list: memory, lru, lfu_aging");
+DEFINE_string(stores, "memory,lru,lfu_aging",
+              "comma list: memory, lru, lfu_aging (host memory over RocksDB), gpu_host, gpu_cuda (the GPU tier, "
+              "CLOCK, with its slots in host memory or on cuda:0, over the memory store)");
 DEFINE_string(dir, "", "directory for the RocksDB files (default: a fresh temp dir, removed after)");
 DEFINE_uint64(seed, 42, "id sampling seed");
 
@@ -120,19 +124,34 @@ Status RunBatches(RowStore* store, const Zipf& zipf, int batches, uint64_t seed,
   kernels::IdDeduper dedup;
   kernels::SparseOptimizerConfig adagrad;
   adagrad.kind = kernels::SparseOptimizerKind::kAdagrad;
-  std::vector<int64_t> ids(FLAGS_lookups), unique;
-  std::vector<int32_t> inverse;
+  std::vector<int64_t> ids(FLAGS_lookups), unique, offsets;
+  std::vector<int32_t> inverse, each;
   std::vector<float> gathered, grads;
+  DeviceRowStore* tier = store->device_tier();
   for (int b = 0; b < batches; ++b) {
     for (int64_t& id : ids) id = RankToId(zipf(rng), FLAGS_rows);
     dedup.Run(ids, &unique, &inverse);
     gathered.resize(unique.size() * FLAGS_dim);
-    TESSERA_RETURN_IF_ERROR(store->Gather(unique, gathered.data()));
+    if (tier != nullptr) {
+      // What a shard on the GPU tier runs: a lookup of each distinct row where
+      // it lives, then the optimizer there.
+      each.resize(unique.size());
+      offsets.resize(unique.size() + 1);
+      for (size_t i = 0; i < unique.size(); ++i) each[i] = static_cast<int32_t>(i), offsets[i + 1] = i + 1;
+      TESSERA_RETURN_IF_ERROR(
+          tier->Forward(unique, each, offsets, nullptr, kernels::Pooling::kNone, FLAGS_dim, gathered.data()));
+    } else {
+      TESSERA_RETURN_IF_ERROR(store->Gather(unique, gathered.data()));
+    }
     grads.resize(unique.size() * FLAGS_dim);
     for (size_t i = 0; i < grads.size(); ++i) grads[i] = gathered[i] * 0.1f - 1e-3f;  // some function of the rows
-    TESSERA_RETURN_IF_ERROR(store->Update(unique, [&](float* const* rows, int64_t n) {
-      kernels::ApplySparseOptimizerCpu(adagrad, FLAGS_dim, rows, grads.data(), n);
-    }));
+    if (tier != nullptr) {
+      TESSERA_RETURN_IF_ERROR(tier->Apply(adagrad, FLAGS_dim, unique, grads.data()));
+    } else {
+      TESSERA_RETURN_IF_ERROR(store->Update(unique, [&](float* const* rows, int64_t n) {
+        kernels::ApplySparseOptimizerCpu(adagrad, FLAGS_dim, rows, grads.data(), n);
+      }));
+    }
     *unique_rows += static_cast<int64_t>(unique.size());
   }
   return Status::OK();
@@ -165,6 +184,18 @@ double ProcessCpuSeconds() {
 
 StatusOr<std::unique_ptr<RowStore>> OpenStore(const std::string& name, const std::string& dir) {
   if (name == "memory") return NewMemoryRowStore(Rows());
+  if (name == "gpu_host" || name == "gpu_cuda") {
+    const int64_t slots = static_cast<int64_t>(FLAGS_budget_fraction * static_cast<double>(FLAGS_rows));
+    std::unique_ptr<SlotTable> table;
+    if (name == "gpu_host") {
+      table = NewHostSlotTable(slots, 2 * FLAGS_dim);
+    } else {
+      TESSERA_ASSIGN_OR_RETURN(table, NewCudaSlotTable(0, slots, 2 * FLAGS_dim));
+    }
+    TESSERA_ASSIGN_OR_RETURN(auto tier, DeviceRowStore::Create(Rows(), std::move(table), NewMemoryRowStore(Rows()),
+                                                               0, FLAGS_rows));
+    return std::unique_ptr<RowStore>(std::move(tier));
+  }
   TieredRowStoreOptions o;
   o.rows = Rows();
   o.db.path = dir + "/" + name;
@@ -198,7 +229,8 @@ int Main() {
     dir = tmpl;
   }
   const Zipf zipf(FLAGS_rows, FLAGS_zipf);
-  if (FLAGS_prefill && FLAGS_stores != "memory") {
+  const bool rocksdb = FLAGS_stores.find("lru") != std::string::npos || FLAGS_stores.find("lfu") != std::string::npos;
+  if (FLAGS_prefill && rocksdb) {
     const auto t0 = std::chrono::steady_clock::now();
     Status st = Prefill(dir + "/prefill");
     CHECK(st.ok()) << st;
@@ -238,6 +270,15 @@ int Main() {
     if (memory_rate > 0) {
       j["ratio_to_memory"] = rate / memory_rate;
       j["cpu_ratio_to_memory"] = cpu_rate / memory_cpu_rate;  // per CPU second
+    }
+    if (before.tier("gpu") != nullptr) {
+      const RowStoreStats after = (*store)->Stats();
+      const TierStats& g0 = *before.tier("gpu");
+      const TierStats& g1 = *after.tier("gpu");
+      const int64_t hits = g1.hits - g0.hits, misses = g1.misses - g0.misses;
+      j["gpu_hit_rate"] = static_cast<double>(hits) / static_cast<double>(std::max<int64_t>(1, hits + misses));
+      j["evictions"] = g1.evictions - g0.evictions;
+      j["writebacks"] = g1.writebacks - g0.writebacks;
     }
     if (before.tier("host") != nullptr) {
       const RowStoreStats after = (*store)->Stats();

@@ -8,6 +8,7 @@ tessera_bin() {
     tessera_ps) path="$TESSERA_BUILD_DIR/ps/tessera_ps" ;;
     tessera_trainer) path="$TESSERA_BUILD_DIR/trainer/tessera_trainer" ;;
   esac
+  [ -n "${TESSERA_BIN_DIR:-}" ] && path="$TESSERA_BIN_DIR/$1"
   if [ ! -x "$path" ]; then
     echo "error: $path not found; run scripts/build.sh first" >&2
     exit 1

@@ -3,10 +3,13 @@
 # all on 127.0.0.1.
 #
 #   scripts/launch_local.sh --ps N --trainers M --config job.json --run_dir DIR
-#       [--ps_flags "FLAGS"] [--timeout_s S] [-- extra master flags]
+#       [--ps_flags "FLAGS"] [--trainer_flags "FLAGS"] [--timeout_s S] [-- extra master flags]
 #
 # --ps_flags go to every parameter server; {i} in them becomes the server's
 # index, e.g. --ps_flags "--host_bytes 64000000 --rocksdb_path DIR/rocks{i}".
+# --trainer_flags go to every trainer ({r}: its rank), e.g. "--device cuda:{r}".
+# The binaries come from $TESSERA_BUILD_DIR (default build/), or all from one
+# folder with TESSERA_BIN_DIR (a GPU bundle's bin/).
 #
 # DIR receives master.log, ps<i>.log, trainer<r>.log, trainer<r>.jsonl (per-step
 # metrics) and summary.json. The master's progress lines are echoed here.
@@ -21,6 +24,7 @@ RUN_DIR=""
 TIMEOUT_S="${TESSERA_JOB_TIMEOUT_S:-3600}"
 MASTER_EXTRA=()
 PS_FLAGS=""
+TRAINER_FLAGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --ps) NUM_PS="$2"; shift 2 ;;
@@ -29,12 +33,13 @@ while [ $# -gt 0 ]; do
     --run_dir) RUN_DIR="$2"; shift 2 ;;
     --timeout_s) TIMEOUT_S="$2"; shift 2 ;;
     --ps_flags) PS_FLAGS="$2"; shift 2 ;;
+    --trainer_flags) TRAINER_FLAGS="$2"; shift 2 ;;
     --) shift; MASTER_EXTRA=("$@"); break ;;
     *) echo "launch_local: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 if [ -z "$CONFIG" ] || [ -z "$RUN_DIR" ]; then
-  echo "usage: $0 --ps N --trainers M --config job.json --run_dir DIR [--ps_flags F] [--timeout_s S] [-- master flags]" >&2
+  echo "usage: $0 --ps N --trainers M --config job.json --run_dir DIR [--ps_flags F] [--trainer_flags F] [--timeout_s S] [-- master flags]" >&2
   exit 2
 fi
 MASTER_BIN="$(tessera_bin tessera_master)" || exit 1
@@ -83,8 +88,9 @@ for i in $(seq 0 $((NUM_PS - 1))); do
   PIDS+=("$!"); NAMES+=("ps$i")
 done
 for r in $(seq 0 $((NUM_TRAINERS - 1))); do
+  # shellcheck disable=SC2086  # the flags are meant to split into words
   "$TRAINER_BIN" --master "$MASTER" --rank "$r" --world "$NUM_TRAINERS" \
-    --metrics_file "$RUN_DIR/trainer$r.jsonl" >"$RUN_DIR/trainer$r.log" 2>&1 &
+    --metrics_file "$RUN_DIR/trainer$r.jsonl" ${TRAINER_FLAGS//\{r\}/$r} >"$RUN_DIR/trainer$r.log" 2>&1 &
   PIDS+=("$!"); NAMES+=("trainer$r")
 done
 
