@@ -7,7 +7,9 @@
 //  - how a server's flags size the tier.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <ostream>
 #include <random>
@@ -226,6 +228,119 @@ TEST(GpuTier, ARequestLargerThanTheTierFailsAndChangesNothing) {
   ids.resize(16);
   st = (*shard)->Forward(lengths, ids, {}, false, &dedup, &ctx, out.data());
   EXPECT_TRUE(st.ok()) << st;
+}
+
+// ---- Failures lose nothing.
+
+// A store or a slot table that fails its writes while `fail` is set: a full
+// disk below the tier, a device error in it.
+struct Faults {
+  bool fail_put = false;
+  bool fail_upload = false;
+};
+
+class FlakyStore final : public RowStore {
+ public:
+  FlakyStore(const RowStoreOptions& o, const Faults* faults)
+      : RowStore(o), inner_(NewMemoryRowStore(o)), faults_(faults) {}
+  Status Read(std::span<const int64_t> ids, const ReadFn& fn) override { return inner_->Read(ids, fn); }
+  Status Update(std::span<const int64_t> ids, const UpdateFn& fn) override { return inner_->Update(ids, fn); }
+  Status Put(std::span<const int64_t> ids, const float* rows) override {
+    if (faults_->fail_put) return Status::Unavailable("injected: disk full");
+    return inner_->Put(ids, rows);
+  }
+  Status ForEach(const std::function<Status(int64_t, const float*)>& fn) override { return inner_->ForEach(fn); }
+  int64_t size() const override { return inner_->size(); }
+  RowStoreStats Stats() const override { return inner_->Stats(); }
+
+ private:
+  std::unique_ptr<RowStore> inner_;
+  const Faults* faults_;
+};
+
+class FlakySlots final : public SlotTable {
+ public:
+  FlakySlots(int64_t capacity, int width, const Faults* faults)
+      : SlotTable(capacity, width), inner_(NewHostSlotTable(capacity, width)), faults_(faults) {}
+  std::string where() const override { return "flaky"; }
+  Status Upload(std::span<const int32_t> slots, const float* rows) override {
+    if (faults_->fail_upload) return Status::Internal("injected: device fault");
+    return inner_->Upload(slots, rows);
+  }
+  Status Download(std::span<const int32_t> slots, float* rows) override { return inner_->Download(slots, rows); }
+  Status Forward(const SlotBags& bags, int dim, float* out) override { return inner_->Forward(bags, dim, out); }
+  Status Backward(const SlotBags& bags, int dim, const float* grad_out, int64_t num_rows, float* grad_rows) override {
+    return inner_->Backward(bags, dim, grad_out, num_rows, grad_rows);
+  }
+  Status ApplyOptimizer(const kernels::SparseOptimizerConfig& config, int dim, std::span<const int32_t> slots,
+                        const float* grads) override {
+    return inner_->ApplyOptimizer(config, dim, slots, grads);
+  }
+
+ private:
+  std::unique_ptr<SlotTable> inner_;
+  const Faults* faults_;
+};
+
+TEST(GpuTier, FailedWriteBacksAndUploadsLoseNoUpdate) {
+  // Two shards see the same updates: one over plain memory, one over a
+  // 32-slot tier whose writes below and uploads fail now and then. Every
+  // update that was acknowledged must be in the tier's rows at the end.
+  TableConfig table = MakeTable("adagrad", PoolingType::kSum, 8, 400);
+  ShardSpec spec;
+  spec.num_rows = 400;
+  spec.num_cols = 8;
+  Faults faults;
+  RowStoreFactory flaky = [&faults](const ShardSpec& shard,
+                                    const RowStoreOptions& rows) -> StatusOr<std::unique_ptr<RowStore>> {
+    TESSERA_ASSIGN_OR_RETURN(auto tier,
+                             DeviceRowStore::Create(rows, std::make_unique<FlakySlots>(32, rows.row_width, &faults),
+                                                    std::make_unique<FlakyStore>(rows, &faults), shard.row_offset,
+                                                    shard.num_rows));
+    return std::unique_ptr<RowStore>(std::move(tier));
+  };
+  auto plain = EmbeddingShard::Create(spec, table);
+  auto tiered = EmbeddingShard::Create(spec, table, flaky);
+  ASSERT_TRUE(plain.ok() && tiered.ok());
+  std::mt19937_64 rng(99);
+  std::uniform_int_distribution<int64_t> any(0, 399);
+  int failed_puts = 0, failed_uploads = 0, applied = 0;
+  for (int step = 0; step < 300; ++step) {
+    faults.fail_put = step % 7 == 3;
+    faults.fail_upload = step % 11 == 5;
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 12; ++i) {
+      const int64_t id = any(rng);
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+    std::vector<float> grads(ids.size() * 8);
+    for (float& g : grads) g = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+    Status st = (*tiered)->Apply(ids, grads.data());
+    if (st.ok()) {
+      ASSERT_TRUE((*plain)->Apply(ids, grads.data()).ok());
+      ++applied;
+    } else {
+      // A failure says what failed and changes nothing.
+      EXPECT_TRUE(st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kInternal) << st;
+      (st.code() == StatusCode::kUnavailable ? failed_puts : failed_uploads) += 1;
+    }
+  }
+  EXPECT_GT(failed_puts, 5);
+  EXPECT_GT(failed_uploads, 5);
+  EXPECT_GT(applied, 200);
+  faults = Faults{};
+  std::vector<int64_t> all(400);
+  for (int64_t i = 0; i < 400; ++i) all[i] = i;
+  auto dump = [&](RowStore* store) {
+    const int width = store->row_width();
+    std::vector<float> v(all.size() * width, kPoison);
+    Status s = store->Read(all, [&](const float* const* p, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) std::copy(p[i], p[i] + width, v.begin() + i * width);
+    });
+    EXPECT_TRUE(s.ok()) << s;
+    return v;
+  };
+  ExpectNear(dump((*plain)->store()), dump((*tiered)->store()), 0.0f, "rows after failures");
 }
 
 // ---- The CUDA SlotTable against the host one.
