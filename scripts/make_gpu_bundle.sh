@@ -10,10 +10,10 @@
 #   bundle/lib/          the shared libraries they load (ldd) that a CUDA base
 #                        image lacks: ZeroMQ, RocksDB, glog, gflags, Gloo,
 #                        OpenBLAS and their dependencies. Not glibc, libstdc++,
-#                        libgcc_s, the CUDA driver, cuBLAS or NCCL (hundreds of
-#                        MiB each; the machine's CUDA install or PyTorch's
-#                        wheels bring them). The CUDA runtime is linked
-#                        statically.
+#                        libgcc_s, the CUDA driver or cuBLAS (hundreds of MiB;
+#                        the machine's CUDA install or PyTorch's wheels bring
+#                        it). The CUDA runtime is linked statically; NCCL is
+#                        not linked (trainers open it when they need it).
 #   bundle/lib/compat/   libstdc++ and libgcc_s, used by run_device_checks.sh
 #                        only when the machine's are older than these
 #   bundle/MANIFEST.txt  what is in it, sizes, the newest glibc symbol needed
@@ -34,7 +34,7 @@ DEST="$ROOT/bundle"
 # device job), the dump comparer and the GPU benchmark.
 BUNDLED=(kernels_device_cuda_test kernels_embedding_bag_cuda_test kernels_dedup_cuda_test
   kernels_sparse_optimizer_cuda_test kernels_dense_ops_cuda_test trainer_dlrm_model_cuda_test
-  trainer_dense_optimizer_cuda_test ps_gpu_tier_test kernels_embedding_bag_test kernels_dedup_test
+  trainer_dense_optimizer_cuda_test trainer_collective_nccl_test ps_gpu_tier_test kernels_embedding_bag_test kernels_dedup_test
   kernels_sparse_optimizer_test kernels_device_choice_test
   tessera_master tessera_ps tessera_trainer tessera_compare_dumps tessera_gpu_bench)
 TARGETS=("${BUNDLED[@]}")
@@ -80,7 +80,7 @@ is_base_lib() {
   case "$1" in
     linux-vdso.so* | ld-linux*.so* | libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | libresolv.so* | \
       libutil.so* | libnsl.so* | libanl.so* | libstdc++.so* | libgcc_s.so* | libcuda.so* | libnvidia-*.so* | \
-      libcudart.so* | libcublas.so* | libcublasLt.so* | libnccl.so*) return 0 ;;
+      libcudart.so* | libcublas.so* | libcublasLt.so*) return 0 ;;
   esac
   return 1
 }

@@ -5,10 +5,13 @@
 #include "trainer/collective_nccl.h"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
 
 #include <cstring>
+#include <string>
 #include <thread>
+#include <type_traits>
 
 #include <glog/logging.h>
 
@@ -23,14 +26,66 @@ using kernels::DeviceBuffer;
 using kernels::FromCuda;
 using kernels::PinnedBuffer;
 
+// NCCL's entry points, from libnccl.so.2 opened at run time: a trainer binary
+// built with NCCL then starts (and trains on the CPU, or on one GPU through
+// host memory) on a machine without it, and only a job that needs NCCL asks
+// for it, failing with a clear error where it is missing.
+struct NcclApi {
+  decltype(&::ncclAllReduce) AllReduce;
+  decltype(&::ncclCommAbort) CommAbort;
+  decltype(&::ncclCommDestroy) CommDestroy;
+  decltype(&::ncclCommFinalize) CommFinalize;
+  decltype(&::ncclCommGetAsyncError) CommGetAsyncError;
+  decltype(&::ncclCommInitRankConfig) CommInitRankConfig;
+  decltype(&::ncclGetErrorString) GetErrorString;
+  decltype(&::ncclGetLastError) GetLastError;
+  decltype(&::ncclGetUniqueId) GetUniqueId;
+  decltype(&::ncclGetVersion) GetVersion;
+};
+
+// Set once, by LoadNccl, before anything below calls through it.
+const NcclApi* nccl = nullptr;
+
+Status LoadNccl() {
+  static Status loaded = [] {
+    void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      return Status::Unavailable(std::string("NCCL is needed for GPU trainers with a GPU each but cannot be loaded (") +
+                                 dlerror() + "); install it or put libnccl.so.2 on LD_LIBRARY_PATH");
+    }
+    static NcclApi api;
+    std::string missing;
+    auto bind = [&](auto* fn, const char* name) {
+      *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(dlsym(lib, name));
+      if (*fn == nullptr) missing += std::string(missing.empty() ? "" : ", ") + name;
+    };
+    bind(&api.AllReduce, "ncclAllReduce");
+    bind(&api.CommAbort, "ncclCommAbort");
+    bind(&api.CommDestroy, "ncclCommDestroy");
+    bind(&api.CommFinalize, "ncclCommFinalize");
+    bind(&api.CommGetAsyncError, "ncclCommGetAsyncError");
+    bind(&api.CommInitRankConfig, "ncclCommInitRankConfig");
+    bind(&api.GetErrorString, "ncclGetErrorString");
+    bind(&api.GetLastError, "ncclGetLastError");
+    bind(&api.GetUniqueId, "ncclGetUniqueId");
+    bind(&api.GetVersion, "ncclGetVersion");
+    if (!missing.empty()) {
+      return Status::Unavailable("libnccl.so.2 lacks " + missing + " (older than NCCL 2.14, which Tessera needs)");
+    }
+    nccl = &api;
+    return Status::OK();
+  }();
+  return loaded;
+}
+
 // How often a wait looks at the communicator and the stream. Short: an
 // allreduce of a dense model takes from tens of microseconds.
 constexpr std::chrono::microseconds kPollInterval{20};
 
 Status FromNccl(ncclResult_t result, ncclComm_t comm, const std::string& what) {
   if (result == ncclSuccess || result == ncclInProgress) return Status::OK();
-  std::string message = what + ": " + ncclGetErrorString(result);
-  const char* last = comm != nullptr ? ncclGetLastError(comm) : nullptr;
+  std::string message = what + ": " + nccl->GetErrorString(result);
+  const char* last = comm != nullptr ? nccl->GetLastError(comm) : nullptr;
   if (last != nullptr && last[0] != '\0') message += std::string(" (") + last + ")";
   if (result == ncclRemoteError || result == ncclSystemError) {
     return Status::Unavailable(message + " (a trainer died or its network failed?)");
@@ -49,12 +104,12 @@ class NcclCollective final : public Collective {
       // Finalize flushes pending work; if a peer is gone it may never end,
       // so it gets the same deadline as everything else, then an abort.
       // WaitComm and Abort abort at most once; an aborted communicator is freed.
-      Status st = FromNccl(ncclCommFinalize(comm_), comm_, "ncclCommFinalize");
+      Status st = FromNccl(nccl->CommFinalize(comm_), comm_, "ncclCommFinalize");
       if (st.ok()) st = WaitComm("finalizing the NCCL communicator");
       if (!st.ok()) {
         (void)Abort(st);
       } else {
-        st = FromNccl(ncclCommDestroy(comm_), comm_, "ncclCommDestroy");
+        st = FromNccl(nccl->CommDestroy(comm_), comm_, "ncclCommDestroy");
         LOG_IF(WARNING, !st.ok()) << "NCCL collective: " << st;
       }
     }
@@ -90,7 +145,7 @@ class NcclCollective final : public Collective {
     // The caller's work on `data` (the gradients) is complete: the dense
     // backend waits before ForwardBackward returns.
     TESSERA_RETURN_IF_ERROR(
-        FromNccl(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_), comm_,
+        FromNccl(nccl->AllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_), comm_,
                  "ncclAllReduce"));
     TESSERA_RETURN_IF_ERROR(WaitComm("enqueueing the NCCL allreduce"));
     return WaitStream();
@@ -102,7 +157,7 @@ class NcclCollective final : public Collective {
     const auto deadline = Clock::now() + options_.timeout;
     for (;;) {
       ncclResult_t state = ncclSuccess;
-      Status st = FromNccl(ncclCommGetAsyncError(comm_, &state), comm_, "ncclCommGetAsyncError");
+      Status st = FromNccl(nccl->CommGetAsyncError(comm_, &state), comm_, "ncclCommGetAsyncError");
       if (st.ok()) st = FromNccl(state, comm_, what);
       if (!st.ok()) return Abort(st);
       if (state == ncclSuccess) return Status::OK();
@@ -124,7 +179,7 @@ class NcclCollective final : public Collective {
       if (e == cudaSuccess) return Status::OK();
       if (e != cudaErrorNotReady) return Abort(FromCuda(e, "NCCL allreduce"));
       ncclResult_t state = ncclSuccess;
-      Status st = FromNccl(ncclCommGetAsyncError(comm_, &state), comm_, "ncclCommGetAsyncError");
+      Status st = FromNccl(nccl->CommGetAsyncError(comm_, &state), comm_, "ncclCommGetAsyncError");
       if (st.ok()) st = FromNccl(state, comm_, "NCCL allreduce");
       if (!st.ok()) return Abort(st);
       if (Clock::now() > deadline) {
@@ -139,7 +194,7 @@ class NcclCollective final : public Collective {
   Status Abort(const Status& why) {
     if (!aborted_) {
       LOG(ERROR) << "NCCL collective, rank " << options_.rank << ": " << why << "; aborting the communicator";
-      ncclCommAbort(comm_);
+      nccl->CommAbort(comm_);
       aborted_ = true;
     }
     return why;
@@ -157,7 +212,7 @@ StatusOr<ncclUniqueId> ExchangeUniqueId(const NcclCollectiveOptions& options, Rp
   const std::string key = options.prefix + "/unique_id";
   ncclUniqueId id;
   if (options.rank == 0) {
-    TESSERA_RETURN_IF_ERROR(FromNccl(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId"));
+    TESSERA_RETURN_IF_ERROR(FromNccl(nccl->GetUniqueId(&id), nullptr, "ncclGetUniqueId"));
     TESSERA_RETURN_IF_ERROR(MasterStoreSet(client, master_peer, key, &id, sizeof(id), options.timeout));
     return id;
   }
@@ -172,11 +227,19 @@ StatusOr<ncclUniqueId> ExchangeUniqueId(const NcclCollectiveOptions& options, Rp
 
 }  // namespace
 
+StatusOr<int> NcclRuntimeVersion() {
+  TESSERA_RETURN_IF_ERROR(LoadNccl());
+  int version = 0;
+  TESSERA_RETURN_IF_ERROR(FromNccl(nccl->GetVersion(&version), nullptr, "ncclGetVersion"));
+  return version;
+}
+
 StatusOr<std::unique_ptr<Collective>> NewNcclCollective(const NcclCollectiveOptions& options, RpcClient* client,
                                                         int master_peer) {
   if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
     return Status::InvalidArgument("NCCL collective: rank must be in [0, world)");
   }
+  TESSERA_ASSIGN_OR_RETURN(const int version, NcclRuntimeVersion());
   TESSERA_RETURN_IF_ERROR(
       FromCuda(cudaSetDevice(options.device), "cudaSetDevice(" + std::to_string(options.device) + ")"));
   auto id = ExchangeUniqueId(options, client, master_peer);
@@ -187,10 +250,10 @@ StatusOr<std::unique_ptr<Collective>> NewNcclCollective(const NcclCollectiveOpti
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t comm = nullptr;
-  const ncclResult_t init = ncclCommInitRankConfig(&comm, options.world, *id, options.rank, &config);
+  const ncclResult_t init = nccl->CommInitRankConfig(&comm, options.world, *id, options.rank, &config);
   if (init != ncclSuccess && init != ncclInProgress) {
     const Status st = FromNccl(init, comm, "ncclCommInitRankConfig");
-    if (comm != nullptr) ncclCommAbort(comm);
+    if (comm != nullptr) nccl->CommAbort(comm);
     cudaStreamDestroy(stream);
     return st;
   }
@@ -199,7 +262,8 @@ StatusOr<std::unique_ptr<Collective>> NewNcclCollective(const NcclCollectiveOpti
   TESSERA_RETURN_IF_ERROR(collective->WaitComm("creating the NCCL communicator (rank " +
                                                std::to_string(options.rank) + " of " +
                                                std::to_string(options.world) + ")"));
-  LOG(INFO) << "NCCL collective: rank " << options.rank << " of " << options.world << " on cuda:" << options.device;
+  LOG(INFO) << "NCCL collective: rank " << options.rank << " of " << options.world << " on cuda:" << options.device
+            << " (NCCL " << version << ", built against " << NCCL_VERSION_CODE << ")";
   return std::unique_ptr<Collective>(std::move(collective));
 }
 

@@ -1,6 +1,7 @@
 // The NCCL collective: GPU trainers allreduce their dense gradients in device
-// memory. Built only with CUDA and NCCL (TESSERA_HAVE_NCCL); this header
-// declares no NCCL or CUDA types, so callers build without them.
+// memory. Built only with CUDA and NCCL's header (TESSERA_HAVE_NCCL); this
+// header declares no NCCL or CUDA types, so callers build without them.
+// libnccl.so.2 is opened at run time, the first time a job needs it.
 #pragma once
 
 #include <chrono>
@@ -31,6 +32,11 @@ struct NcclCollectiveOptions {
 // `master_peer` is the master's peer in `client`. Calls, including
 // AllReduceSum on host memory (staged through page-locked and device
 // buffers), come from one thread, with options.device current.
+// The version of the libnccl.so.2 this process opens (NCCL_VERSION_CODE
+// form, 22809 for 2.28.9), loading it on first use; Unavailable, saying why,
+// where it cannot be loaded. Built only with NCCL's header.
+StatusOr<int> NcclRuntimeVersion();
+
 StatusOr<std::unique_ptr<Collective>> NewNcclCollective(const NcclCollectiveOptions& options, RpcClient* client,
                                                         int master_peer);
 

@@ -60,7 +60,8 @@ elif command -v cmake >/dev/null; then
     timeout 420 cmake --build "$B" -j"$(nproc)" --target kernels_device_cuda_test kernels_embedding_bag_cuda_test \
       kernels_dedup_cuda_test kernels_sparse_optimizer_cuda_test kernels_dense_ops_cuda_test \
       kernels_embedding_bag_test kernels_dedup_test kernels_sparse_optimizer_test kernels_device_choice_test \
-      ps_gpu_tier_test trainer_dlrm_model_cuda_test trainer_dense_optimizer_cuda_test tessera_gpu_bench \
+      ps_gpu_tier_test trainer_dlrm_model_cuda_test trainer_dense_optimizer_cuda_test trainer_collective_nccl_test \
+      tessera_gpu_bench \
       tessera_master tessera_ps tessera_trainer tessera_compare_dumps >>"$LOG" 2>&1; then
     BIN="$B/bin-flat"
     mkdir -p "$BIN"
@@ -87,7 +88,9 @@ done
 [ -z "$CUBLAS_DIR" ] && CUBLAS_DIR="$(dirname "$(find / -xdev -name 'libcublas.so.13*' 2>/dev/null | head -1)" 2>/dev/null)"
 log "cuBLAS from: ${CUBLAS_DIR:-not found}"
 LIBPATH="${LIBPATH:+$LIBPATH:}${CUBLAS_DIR}"
-# NCCL, which the trainer links, likewise: the machine's, else PyTorch's.
+# NCCL likewise (the machine's, else PyTorch's): a trainer opens it when every
+# trainer has a GPU of its own. The device job's two trainers share one GPU
+# and do without it, so a missing NCCL fails nothing here.
 NCCL_DIR=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu /usr/local/lib \
   $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, s) for p in nvidia.__path__ for s in ("nccl/lib", "cu13/lib")))' 2>/dev/null); do
@@ -122,7 +125,7 @@ fi
 # ---- 2. tests
 if [ -n "$BIN" ]; then
   : >"$OUT/tests.log"
-  for t in "$BIN"/*cuda_test "$BIN"/ps_gpu_tier_test "$BIN"/kernels_device_choice_test \
+  for t in "$BIN"/*cuda_test "$BIN"/ps_gpu_tier_test "$BIN"/trainer_collective_nccl_test "$BIN"/kernels_device_choice_test \
     "$BIN"/kernels_embedding_bag_test "$BIN"/kernels_dedup_test "$BIN"/kernels_sparse_optimizer_test; do
     [ -e "$t" ] || continue
     name="$(basename "$t")"
