@@ -271,23 +271,21 @@ int Main() {
       j["ratio_to_memory"] = rate / memory_rate;
       j["cpu_ratio_to_memory"] = cpu_rate / memory_cpu_rate;  // per CPU second
     }
-    if (before.tier("gpu") != nullptr) {
-      const RowStoreStats after = (*store)->Stats();
-      const TierStats& g0 = *before.tier("gpu");
-      const TierStats& g1 = *after.tier("gpu");
-      const int64_t hits = g1.hits - g0.hits, misses = g1.misses - g0.misses;
-      j["gpu_hit_rate"] = static_cast<double>(hits) / static_cast<double>(std::max<int64_t>(1, hits + misses));
-      j["evictions"] = g1.evictions - g0.evictions;
-      j["writebacks"] = g1.writebacks - g0.writebacks;
+    // The upper tier's hits, evictions and write-backs over the timed batches.
+    const RowStoreStats after = (*store)->Stats();
+    for (const char* name : {"gpu", "host"}) {
+      if (before.tier(name) == nullptr) continue;
+      const TierStats& t0 = *before.tier(name);
+      const TierStats& t1 = *after.tier(name);
+      const int64_t hits = t1.hits - t0.hits, misses = t1.misses - t0.misses;
+      j[std::string(name) + "_hit_rate"] =
+          static_cast<double>(hits) / static_cast<double>(std::max<int64_t>(1, hits + misses));
+      j["evictions"] = t1.evictions - t0.evictions;
+      j["writebacks"] = t1.writebacks - t0.writebacks;
+      break;
     }
     if (before.tier("host") != nullptr) {
-      const RowStoreStats after = (*store)->Stats();
-      const TierStats& h0 = *before.tier("host");
       const TierStats& h1 = *after.tier("host");
-      const int64_t hits = h1.hits - h0.hits, misses = h1.misses - h0.misses;
-      j["host_hit_rate"] = static_cast<double>(hits) / static_cast<double>(std::max<int64_t>(1, hits + misses));
-      j["evictions"] = h1.evictions - h0.evictions;
-      j["writebacks"] = h1.writebacks - h0.writebacks;
       j["host_rows_resident"] = h1.rows_resident;
       j["host_mib_resident"] = static_cast<double>(h1.bytes_resident) / (1 << 20);
       j["rocksdb_rows_read"] = after.rocksdb_rows_read - before.rocksdb_rows_read;

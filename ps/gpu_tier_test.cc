@@ -98,6 +98,18 @@ void ExpectNear(const std::vector<float>& want, const std::vector<float>& got, f
   }
 }
 
+// The full rows (weights and optimizer state) of `ids`, through the RowStore
+// interface, which writes a tier's dirty rows back first.
+std::vector<float> ReadRows(RowStore* store, const std::vector<int64_t>& ids) {
+  const int width = store->row_width();
+  std::vector<float> v(ids.size() * width, kPoison);
+  Status s = store->Read(ids, [&](const float* const* p, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) std::copy(p[i], p[i] + width, v.begin() + i * width);
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  return v;
+}
+
 struct ShardCase {
   std::string optimizer;
   PoolingType pooling;
@@ -163,20 +175,10 @@ class ShardOverTier : public ::testing::TestWithParam<ShardCase> {
       st = (*tiered)->Apply(ctx_b.unique_ids, rows_a.data());
       ASSERT_TRUE(st.ok()) << st;
     }
-    // Every row, weights and optimizer state, through the RowStore interface
-    // (which writes the tier's dirty rows back first).
-    const int width = (*plain)->store()->row_width();
+    // Every row, weights and optimizer state.
     std::vector<int64_t> all(rows);
     for (int64_t i = 0; i < rows; ++i) all[i] = spec.row_offset + i;
-    auto dump = [&](RowStore* store) {
-      std::vector<float> v(all.size() * width, kPoison);
-      Status s = store->Read(all, [&](const float* const* p, int64_t n) {
-        for (int64_t i = 0; i < n; ++i) std::copy(p[i], p[i] + width, v.begin() + i * width);
-      });
-      EXPECT_TRUE(s.ok()) << s;
-      return v;
-    };
-    ExpectNear(dump((*plain)->store()), dump((*tiered)->store()), tol, "rows after training");
+    ExpectNear(ReadRows((*plain)->store(), all), ReadRows((*tiered)->store(), all), tol, "rows after training");
     if (c.slots < rows) {
       const RowStoreStats stats = (*tiered)->store()->Stats();
       ASSERT_FALSE(stats.tiers.empty());
@@ -331,16 +333,7 @@ TEST(GpuTier, FailedWriteBacksAndUploadsLoseNoUpdate) {
   faults = Faults{};
   std::vector<int64_t> all(400);
   for (int64_t i = 0; i < 400; ++i) all[i] = i;
-  auto dump = [&](RowStore* store) {
-    const int width = store->row_width();
-    std::vector<float> v(all.size() * width, kPoison);
-    Status s = store->Read(all, [&](const float* const* p, int64_t n) {
-      for (int64_t i = 0; i < n; ++i) std::copy(p[i], p[i] + width, v.begin() + i * width);
-    });
-    EXPECT_TRUE(s.ok()) << s;
-    return v;
-  };
-  ExpectNear(dump((*plain)->store()), dump((*tiered)->store()), 0.0f, "rows after failures");
+  ExpectNear(ReadRows((*plain)->store(), all), ReadRows((*tiered)->store(), all), 0.0f, "rows after failures");
 }
 
 // ---- The CUDA SlotTable against the host one.
