@@ -21,9 +21,7 @@ class HostStagedCollective final : public Collective {
   Status AllReduceSumDevice(float* data, int64_t n) override {
     if (n == 0) return Status::OK();
     const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-    if (staging_.size() < bytes) {
-      TESSERA_ASSIGN_OR_RETURN(staging_, PinnedBuffer::Allocate(bytes));
-    }
+    TESSERA_RETURN_IF_ERROR(staging_.Reserve(bytes));
     // The gradients are complete: the dense backend waits for its stream
     // before ForwardBackward returns. A copy from or to page-locked memory
     // returns when it is done, so the optimizer, next, sees the sums.

@@ -122,10 +122,7 @@ class NcclCollective final : public Collective {
   Status AllReduceSum(std::span<float> data) override {
     if (data.empty()) return Status::OK();
     const size_t bytes = data.size() * sizeof(float);
-    if (bytes > pinned_.size()) {
-      pinned_ = PinnedBuffer();
-      TESSERA_ASSIGN_OR_RETURN(pinned_, PinnedBuffer::Allocate(bytes));
-    }
+    TESSERA_RETURN_IF_ERROR(pinned_.Reserve(bytes));
     TESSERA_RETURN_IF_ERROR(staging_.Reserve(bytes));
     std::memcpy(pinned_.data(), data.data(), bytes);
     TESSERA_RETURN_IF_ERROR(FromCuda(

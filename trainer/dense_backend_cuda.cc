@@ -200,11 +200,7 @@ class CudaDenseBackend final : public DenseBackend {
 
   // Downloads wait before returning, so the buffer is never in use here.
   Status ReserveDownload(int64_t n) {
-    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-    if (bytes <= download_.size()) return Status::OK();
-    download_ = PinnedBuffer();
-    TESSERA_ASSIGN_OR_RETURN(download_, PinnedBuffer::Allocate(bytes));
-    return Status::OK();
+    return download_.Reserve(static_cast<size_t>(n) * sizeof(float));
   }
 
   int device_;

@@ -211,13 +211,20 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
 
 StatusOr<PinnedBuffer> PinnedBuffer::Allocate(size_t bytes) {
   PinnedBuffer b;
+  TESSERA_RETURN_IF_ERROR(b.Reserve(bytes));
+  return b;
+}
+
+Status PinnedBuffer::Reserve(size_t bytes) {
+  if (bytes <= size_ && data_ != nullptr) return Status::OK();
 #if defined(TESSERA_HAVE_CUDA)
+  Release();
   void* p = nullptr;
   TESSERA_RETURN_IF_ERROR(FromCuda(cudaMallocHost(&p, bytes == 0 ? 1 : bytes),
                                    "cudaMallocHost of " + std::to_string(bytes) + " bytes"));
-  b.data_ = p;
-  b.size_ = bytes;
-  return b;
+  data_ = p;
+  size_ = bytes;
+  return Status::OK();
 #else
   (void)bytes;
   return Status::FailedPrecondition("pinned host memory asked for in a build without CUDA");

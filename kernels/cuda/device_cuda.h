@@ -102,6 +102,11 @@ class PinnedBuffer {
 
   static StatusOr<PinnedBuffer> Allocate(size_t bytes);
 
+  // Makes size() >= bytes, reallocating (contents lost) only when it must, as
+  // DeviceBuffer::Reserve. The caller makes sure no copy still uses the
+  // memory: unlike cudaFree, cudaFreeHost does not wait for one.
+  Status Reserve(size_t bytes);
+
   void* data() const { return data_; }
   size_t size() const { return size_; }
   template <typename T>

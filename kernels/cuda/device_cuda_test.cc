@@ -117,6 +117,21 @@ TEST(PinnedBufferTest, AllocatesWithAGpuAndFailsCleanlyWithout) {
   ASSERT_TRUE(b.ok()) << b.status();
   b->as<char>()[4095] = 1;  // host-writable
   EXPECT_EQ(b->size(), 4096u);
+  void* before = b->data();
+  ASSERT_TRUE(b->Reserve(100).ok());  // smaller: kept
+  EXPECT_EQ(b->data(), before);
+  ASSERT_TRUE(b->Reserve(1 << 20).ok());  // larger: reallocated
+  EXPECT_GE(b->size(), size_t{1} << 20);
+  b->as<char>()[(1 << 20) - 1] = 1;
+}
+
+TEST(PinnedBufferTest, ReserveFailsCleanlyWithoutAGpu) {
+  if (HasGpu()) GTEST_SKIP() << "a GPU is usable here";
+  PinnedBuffer b;
+  Status s = b.Reserve(4096);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(b.data(), nullptr);
+  EXPECT_EQ(b.size(), 0u);
 }
 
 }  // namespace
