@@ -166,10 +166,16 @@ class CudaSlotTable final : public SlotTable {
 
   // Packs the inputs into the page-locked upload buffer and queues one copy
   // of them to the device; returns where each will be there (null for an
-  // empty one). The buffers are free to reuse: every call waits for its
-  // stream before it returns.
+  // empty one). A call that succeeds waits for its stream before it
+  // returns; one that failed between here and Finish may have left the copy
+  // running, so the buffer is only touched once that copy is done
+  // (cudaFreeHost, when it grows, does not wait for it).
   template <size_t N>
   StatusOr<std::array<const char*, N>> In(const std::array<HostInput, N>& inputs) {
+    if (upload_in_flight_) {
+      TESSERA_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(stream_), "GPU tier: an earlier call's copy"));
+      upload_in_flight_ = false;
+    }
     std::array<size_t, N> at{};
     size_t total = 0;
     for (size_t i = 0; i < N; ++i) {
@@ -187,6 +193,7 @@ class CudaSlotTable final : public SlotTable {
     }
     TESSERA_RETURN_IF_ERROR(FromCuda(
         cudaMemcpyAsync(upload_.data(), upload_host_.data(), total, cudaMemcpyHostToDevice, stream_), "copy to GPU"));
+    upload_in_flight_ = true;
     return device;
   }
 
@@ -201,6 +208,7 @@ class CudaSlotTable final : public SlotTable {
           "copy from GPU"));
     }
     TESSERA_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(stream_), std::string("GPU tier ") + what));
+    upload_in_flight_ = false;
     if (out != nullptr && bytes > 0) std::memcpy(out, result_host_.data(), bytes);
     return Status::OK();
   }
@@ -210,6 +218,7 @@ class CudaSlotTable final : public SlotTable {
   DeviceBuffer table_;
   DeviceBuffer upload_, result_, backward_scratch_;  // per-call device scratch
   PinnedBuffer upload_host_, result_host_;           // their page-locked host sides
+  bool upload_in_flight_ = false;                    // a copy from upload_host_ may be running
   std::vector<int64_t> wide_slots_;
 };
 

@@ -108,8 +108,10 @@ std::unique_ptr<DenseBackend> NewCpuDenseBackend();
 
 // device < 0: the CPU backend. device N >= 0: CUDA device N, which becomes
 // the calling thread's current device (the optimizer and the collective then
-// use it too). Unavailable in a build without CUDA or when the device cannot
-// be used.
+// use it too). Call a CUDA backend only from the thread that created it: it
+// does not name its device again, so on another thread its allocations and
+// launches would go to that thread's current device. Unavailable in a build
+// without CUDA or when the device cannot be used.
 StatusOr<std::unique_ptr<DenseBackend>> NewDenseBackend(int device);
 
 }  // namespace tessera

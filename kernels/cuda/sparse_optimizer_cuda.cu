@@ -157,7 +157,10 @@ __global__ void __launch_bounds__(cuda_detail::kBlockThreads) OptimizerKernel(Pa
     const float multiplier = RowWiseAdagradMultiplier(acc_new, c.lr, c.eps);
     vec ? RowWiseColumns<V>(c, w, grad, dim, g.lane, g.lanes, multiplier)
         : RowWiseColumns<1>(c, w, grad, dim, g.lane, g.lanes, multiplier);
-    if (g.lane == 0) w[dim] = acc_new;  // every lane read acc before the shuffles
+    // Every lane read acc before the shuffles, but a shuffle is not a memory
+    // fence: order those reads before lane 0's write as the Adam branch does.
+    __syncwarp(GroupMask(g.lanes));
+    if (g.lane == 0) w[dim] = acc_new;
   } else {
     const float step = w[3 * dim] + 1.0f;
     const float step_size = AdamStepSize(c.lr, c.beta1, step);
