@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <random>
 #include <thread>
 
 #include "common/rpc_client.h"
@@ -236,6 +238,110 @@ TEST_F(PsServiceTest, MeanPoolingAndSumPartial) {
     EXPECT_NEAR((*v)[c], (Init(1, 4, c) + Init(1, 9, c)) / 2, 1e-6);
     EXPECT_NEAR((*v)[3 + c], Init(1, 4, c) + Init(1, 9, c), 1e-6);
   }
+}
+
+// Damages one part of a valid message: flips bytes, cuts or grows a frame,
+// drops, repeats or replaces one, or changes the header's op or plan version.
+void Damage(Message* m, std::mt19937_64* rng) {
+  auto pick = [&](size_t n) { return static_cast<size_t>((*rng)() % n); };
+  const size_t f = m->frames.empty() ? 0 : pick(m->frames.size());
+  auto bytes = [&](size_t n) {
+    std::string b(n, '\0');
+    for (char& c : b) c = static_cast<char>((*rng)() & 0xff);
+    return b;
+  };
+  switch (pick(8)) {
+    case 0: {  // flip 1-4 bytes of one frame
+      if (m->frames.empty() || m->frames[f].size() == 0) break;
+      std::string b = m->frames[f].to_string();
+      for (size_t k = 0, n = 1 + pick(4); k < n; ++k) b[pick(b.size())] ^= static_cast<char>(1 + pick(255));
+      m->frames[f] = zmq::message_t(b.data(), b.size());
+      break;
+    }
+    case 1:  // cut a frame short (to any length, 0 included)
+      if (!m->frames.empty()) m->frames[f] = zmq::message_t(m->frames[f].data(), pick(m->frames[f].size() + 1));
+      break;
+    case 2: {  // grow a frame by 1-16 bytes
+      if (m->frames.empty()) break;
+      std::string b = m->frames[f].to_string() + bytes(1 + pick(16));
+      m->frames[f] = zmq::message_t(b.data(), b.size());
+      break;
+    }
+    case 3:
+      if (!m->frames.empty()) m->frames.erase(m->frames.begin() + static_cast<std::ptrdiff_t>(f));
+      break;
+    case 4:
+      if (!m->frames.empty()) {
+        std::string b = m->frames[f].to_string();
+        m->frames.emplace_back(b.data(), b.size());
+      }
+      break;
+    case 5: {  // a frame of random bytes
+      if (m->frames.empty()) break;
+      std::string b = bytes(pick(64));
+      m->frames[f] = zmq::message_t(b.data(), b.size());
+      break;
+    }
+    case 6: {  // another op: the data plane's, stats, ones no server knows
+      const Opcode ops[] = {Opcode::kLookup, Opcode::kPushGradients, Opcode::kServerStats, Opcode::kInvalid,
+                            Opcode::kStoreGet, static_cast<Opcode>(999)};
+      m->header.op = ops[pick(std::size(ops))];
+      break;
+    }
+    default:
+      m->header.plan_version = static_cast<uint32_t>((*rng)());
+      break;
+  }
+}
+
+// Thousands of damaged lookups and pushes: every one is answered (an error
+// or, where the damage left it valid, a result) and none takes the server
+// down; afterwards it still looks up and applies a push exactly once. Under
+// AddressSanitizer this is also a check that no decoding reads out of bounds.
+TEST_F(PsServiceTest, DamagedRequestsAreAnsweredAndTheServerKeepsServing) {
+  Start("async", 1);
+  std::mt19937_64 rng(20261201);
+  std::map<StatusCode, int> codes;
+  const int kRequests = 3000;
+  for (int i = 0; i < kRequests; ++i) {
+    const uint64_t step = static_cast<uint64_t>(i);
+    const uint32_t shard = static_cast<uint32_t>(rng() % 2);
+    const int64_t rows = shard == 0 ? 100 : 50;
+    std::vector<std::vector<int64_t>> bags(1 + rng() % 4);
+    for (auto& b : bags) {
+      b.resize(rng() % 4);
+      for (int64_t& id : b) id = static_cast<int64_t>(rng() % 90) % rows;  // row 99 stays untouched
+    }
+    Message m = Lookup(0, step, bags, shard);
+    if (rng() % 2 == 1) {
+      // A push against a context a valid lookup opened.
+      ASSERT_TRUE(Call(std::move(m)).ok());
+      const uint32_t cols = shard == 0 ? 4 : 3;
+      std::vector<float> grads(bags.size() * cols);
+      for (float& g : grads) g = static_cast<float>(rng() % 200) / 100.0f - 1.0f;
+      m = Push(0, step, static_cast<uint32_t>(bags.size()), cols, std::move(grads), shard);
+    }
+    Damage(&m, &rng);
+    StatusOr<Message> reply = Call(std::move(m));
+    const StatusCode code = reply.status().code();
+    ++codes[code];
+    ASSERT_NE(code, StatusCode::kDeadlineExceeded) << "request " << i << " was not answered";
+    ASSERT_NE(code, StatusCode::kUnavailable) << "request " << i << ": " << reply.status();
+  }
+  for (const auto& [code, n] : codes) std::cout << "[ info     ] " << n << " x " << StatusCodeName(code) << "\n";
+  // The damage reached past the header checks: some requests were refused
+  // for what their frames held, and some damage left a request valid.
+  EXPECT_GT(codes[StatusCode::kInvalidArgument], kRequests / 10);
+  EXPECT_GT(codes[StatusCode::kOk], 0);
+
+  const uint64_t step = kRequests;
+  auto before = Values(Call(Lookup(0, step, {{99}})), 4);
+  ASSERT_TRUE(before.ok()) << before.status();
+  for (int c = 0; c < 4; ++c) EXPECT_FLOAT_EQ((*before)[c], Init(0, 99, c)) << "row 99 was changed";
+  ASSERT_TRUE(Call(Push(0, step, 1, 4, {1, 1, 1, 1})).ok());
+  auto after = Values(Call(Lookup(0, step + 1, {{99}})), 4);
+  ASSERT_TRUE(after.ok()) << after.status();
+  for (int c = 0; c < 4; ++c) EXPECT_NEAR((*after)[c], Init(0, 99, c) - 0.5f, 1e-6);
 }
 
 }  // namespace
