@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <thread>
@@ -13,6 +15,7 @@
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
 #include "kernels/row_init.h"
+#include "ps/store_factory.h"
 
 namespace tessera {
 namespace {
@@ -39,9 +42,10 @@ JobConfig MakeJob(const std::string& consistency, int trainers) {
 
 class PsServiceTest : public ::testing::Test {
  protected:
-  void Start(const std::string& consistency, int trainers) {
+  void Start(const std::string& consistency, int trainers, RowStoreFactory store_factory = nullptr) {
     job_ = MakeJob(consistency, trainers);
     // Every table whole on server 0: shard id = table index.
+    plan_ = ShardingPlan{};
     plan_.num_ps = 1;
     for (int t = 0; t < static_cast<int>(job_.tables.size()); ++t) {
       ShardSpec s;
@@ -52,8 +56,9 @@ class PsServiceTest : public ::testing::Test {
       plan_.shards.push_back(s);
       plan_.tables.push_back(TablePlan{t, ShardingType::kTableWise, {static_cast<uint32_t>(t)}});
     }
-    service_ = std::make_unique<PsService>(PsServiceOptions{0});
-    ASSERT_TRUE(service_->CreateShards(job_, plan_).ok());
+    service_ = std::make_unique<PsService>(PsServiceOptions{0, std::move(store_factory)});
+    Status created = service_->CreateShards(job_, plan_);
+    ASSERT_TRUE(created.ok()) << created;
     auto server = RpcServer::Start(RpcServerOptions{"tcp://127.0.0.1:0", 2}, [this](Message&& m, Responder r) {
       service_->Handle(std::move(m), std::move(r));
     });
@@ -63,6 +68,29 @@ class PsServiceTest : public ::testing::Test {
     peer_ = *client_->Connect(server_->endpoint());
   }
   void TearDown() override {
+    Stop();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // Every tier at once: a GPU tier (host slots) of 16 rows per shard over 1
+  // KiB of host memory per server over RocksDB, so most requests evict,
+  // write back and fetch.
+  RowStoreFactory AllTiers() {
+    std::string tmpl = ::testing::TempDir() + "ps_service_test.XXXXXX";
+    CHECK(mkdtemp(tmpl.data()) != nullptr);
+    dir_ = tmpl;
+    ShardStorageOptions o;
+    o.rocksdb_path = dir_;
+    o.host_bytes = 1024;
+    o.gpu_bytes = 1;
+    o.gpu_tier_on_host = true;
+    o.gpu_min_slots = 16;
+    return MakeRowStoreFactory(o);
+  }
+
+  // Fills *rows with every row of both tables at the end.
+  void SendDamagedRequests(std::vector<float>* rows = nullptr);
+  void Stop() {
     client_.reset();
     server_.reset();
     service_.reset();
@@ -111,6 +139,7 @@ class PsServiceTest : public ::testing::Test {
   std::unique_ptr<RpcServer> server_;
   std::unique_ptr<RpcClient> client_;
   int peer_ = -1;
+  std::string dir_;  // of the RocksDB tier, when there is one
 };
 
 TEST_F(PsServiceTest, LookupPoolsInitialRows) {
@@ -298,8 +327,7 @@ void Damage(Message* m, std::mt19937_64* rng) {
 // or, where the damage left it valid, a result) and none takes the server
 // down; afterwards it still looks up and applies a push exactly once. Under
 // AddressSanitizer this is also a check that no decoding reads out of bounds.
-TEST_F(PsServiceTest, DamagedRequestsAreAnsweredAndTheServerKeepsServing) {
-  Start("async", 1);
+void PsServiceTest::SendDamagedRequests(std::vector<float>* rows) {
   std::mt19937_64 rng(20261201);
   std::map<StatusCode, int> codes;
   const int kRequests = 3000;
@@ -342,6 +370,56 @@ TEST_F(PsServiceTest, DamagedRequestsAreAnsweredAndTheServerKeepsServing) {
   auto after = Values(Call(Lookup(0, step + 1, {{99}})), 4);
   ASSERT_TRUE(after.ok()) << after.status();
   for (int c = 0; c < 4; ++c) EXPECT_NEAR((*after)[c], Init(0, 99, c) - 0.5f, 1e-6);
+
+  if (rows == nullptr) return;
+  // Ten rows a lookup: one request's rows must fit in a 16-row GPU tier.
+  uint64_t read_step = step + 2;
+  for (uint32_t shard : {0u, 1u}) {
+    const int64_t n = shard == 0 ? 100 : 50;
+    const size_t cols = shard == 0 ? 4 : 3;
+    for (int64_t first = 0; first < n; first += 10) {
+      std::vector<std::vector<int64_t>> each;
+      for (int64_t id = first; id < std::min(n, first + 10); ++id) each.push_back({id});
+      auto v = Values(Call(Lookup(0, read_step++, each, shard)), each.size() * cols);
+      ASSERT_TRUE(v.ok()) << v.status();
+      rows->insert(rows->end(), v->begin(), v->end());
+    }
+  }
+}
+
+TEST_F(PsServiceTest, DamagedRequestsAreAnsweredAndTheServerKeepsServing) {
+  Start("async", 1);
+  SendDamagedRequests();
+}
+
+// The same damaged requests against a server whose rows move between a GPU
+// tier, host memory and RocksDB all the time end in the same rows, bit for
+// bit, as against one that keeps them in memory: no error path loses or
+// doubles an update.
+TEST_F(PsServiceTest, DamagedRequestsOverEveryTierEndAsInMemory) {
+  Start("async", 1);
+  std::vector<float> in_memory, tiered;
+  SendDamagedRequests(&in_memory);
+  ASSERT_FALSE(HasFatalFailure());
+  Stop();
+  Start("async", 1, AllTiers());
+  SendDamagedRequests(&tiered);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_EQ(in_memory.size(), 100u * 4 + 50u * 3);
+  EXPECT_EQ(tiered, in_memory);
+  // Rows did move between the tiers meanwhile.
+  int64_t gpu_evictions = 0, rocksdb_reads = 0;
+  const nlohmann::json stats = service_->Stats();
+  for (const auto& shard : stats.at("shards")) {
+    rocksdb_reads += shard.value("rocksdb_rows_read", int64_t{0});
+    for (const auto& tier : shard["tiers"]) {
+      if (tier.value("tier", "") == "gpu") gpu_evictions += tier.value("evictions", int64_t{0});
+    }
+  }
+  std::cout << "[ info     ] GPU-tier evictions " << gpu_evictions << ", rows read from RocksDB " << rocksdb_reads
+            << "\n";
+  EXPECT_GT(gpu_evictions, 1000);
+  EXPECT_GT(rocksdb_reads, 1000);
 }
 
 }  // namespace
