@@ -104,10 +104,12 @@ class Master {
 
   Master() = default;
   void Handle(Message&& m, Responder r);
-  void HandleRegister(const nlohmann::json& body, Responder r);
-  void HandleHeartbeat(const nlohmann::json& body, Responder r);
-  void HandleWaitStart(const nlohmann::json& body, Responder r);
-  void HandleReportDone(const nlohmann::json& body, Responder r);
+  // The JSON handlers take the responder by reference: when one throws on a
+  // malformed body before it has answered, Handle still answers.
+  void HandleRegister(const nlohmann::json& body, Responder& r);
+  void HandleHeartbeat(const nlohmann::json& body, Responder& r);
+  void HandleWaitStart(const nlohmann::json& body, Responder& r);
+  void HandleReportDone(const nlohmann::json& body, Responder& r);
   void HandleCheckpointBarrier(Message&& m, Responder r);
 
   // Checkpoints (master/master_checkpoint.cc).

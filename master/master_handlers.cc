@@ -51,19 +51,21 @@ void Master::Handle(Message&& m, Responder r) {
         }
         return;
       }
-      case Opcode::kRegister: HandleRegister(*body, std::move(r)); return;
-      case Opcode::kHeartbeat: HandleHeartbeat(*body, std::move(r)); return;
-      case Opcode::kWaitStart: HandleWaitStart(*body, std::move(r)); return;
-      case Opcode::kReportDone: HandleReportDone(*body, std::move(r)); return;
+      case Opcode::kRegister: HandleRegister(*body, r); return;
+      case Opcode::kHeartbeat: HandleHeartbeat(*body, r); return;
+      case Opcode::kWaitStart: HandleWaitStart(*body, r); return;
+      case Opcode::kReportDone: HandleReportDone(*body, r); return;
       default:
         r.ReplyError(Status::Unimplemented(std::string("the master does not handle ") + OpcodeName(op)));
     }
   } catch (const json::exception& e) {
-    r.ReplyError(Status::InvalidArgument(std::string(OpcodeName(op)) + ": malformed body: " + e.what()));
+    // The handlers read the body before they change anything or answer, so
+    // a throw leaves the master as it was and the request unanswered.
+    if (r.valid()) r.ReplyError(Status::InvalidArgument(std::string(OpcodeName(op)) + ": malformed body: " + e.what()));
   }
 }
 
-void Master::HandleRegister(const json& body, Responder r) {
+void Master::HandleRegister(const json& body, Responder& r) {
   const std::string role = body.at("role").get<std::string>();
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != State::kWaiting) {
@@ -115,9 +117,18 @@ void Master::HandleRegister(const json& body, Responder r) {
   r.Reply(EncodeJsonReply(r.request_header(), reply));
 }
 
-void Master::HandleHeartbeat(const json& body, Responder r) {
+void Master::HandleHeartbeat(const json& body, Responder& r) {
   const std::string role = body.at("role").get<std::string>();
   const int rank = body.at("rank").get<int>();
+  std::optional<int64_t> step;
+  double loss = 0, examples = 1, examples_per_s = 0;
+  if (role == "trainer" && body.contains("progress")) {
+    const json& p = body["progress"];
+    step = p.at("step").get<int64_t>();
+    loss = p.at("loss").get<double>();
+    examples = p.value("examples", 1.0);
+    examples_per_s = p.at("examples_per_s").get<double>();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = Clock::now();
   if (role == "ps" && rank >= 0 && rank < static_cast<int>(ps_.size())) {
@@ -125,14 +136,12 @@ void Master::HandleHeartbeat(const json& body, Responder r) {
     if (body.contains("stats")) ps_[rank].stats = body["stats"];
   } else if (role == "trainer" && rank >= 0 && rank < static_cast<int>(trainers_.size()) && trainers_[rank]) {
     trainers_[rank]->last_seen = now;
-    if (body.contains("progress")) {
-      const json& p = body["progress"];
-      Progress& pr = progress_[p.at("step").get<int64_t>()];
+    if (step) {
+      Progress& pr = progress_[*step];
       pr.reported++;
-      const double examples = p.value("examples", 1.0);
-      pr.loss_sum += p.at("loss").get<double>() * examples;
+      pr.loss_sum += loss * examples;
       pr.examples += examples;
-      pr.examples_per_s += p.at("examples_per_s").get<double>();
+      pr.examples_per_s += examples_per_s;
       PrintProgress();
     }
   } else {
@@ -149,7 +158,7 @@ void Master::HandleHeartbeat(const json& body, Responder r) {
   r.Reply(EncodeJsonReply(r.request_header(), reply));
 }
 
-void Master::HandleWaitStart(const json& body, Responder r) {
+void Master::HandleWaitStart(const json& body, Responder& r) {
   const int rank = body.at("rank").get<int>();
   std::lock_guard<std::mutex> lock(mu_);
   if (rank < 0 || rank >= static_cast<int>(trainers_.size()) || !trainers_[rank]) {
@@ -165,8 +174,10 @@ void Master::HandleWaitStart(const json& body, Responder r) {
   }
 }
 
-void Master::HandleReportDone(const json& body, Responder r) {
+void Master::HandleReportDone(const json& body, Responder& r) {
   const int rank = body.at("rank").get<int>();
+  const bool ok = body.value("ok", false);
+  const std::string error = body.value("error", std::string("unknown error"));
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (rank < 0 || rank >= static_cast<int>(trainers_.size()) || !trainers_[rank]) {
@@ -178,13 +189,13 @@ void Master::HandleReportDone(const json& body, Responder r) {
     trainers_[rank]->last_seen = Clock::now();
   }
   r.ReplyOk();
-  if (!body.value("ok", false)) {
+  if (!ok) {
     // Often the consequence of another member's death (a broken allreduce):
     // the monitor waits a heartbeat timeout for that cause before it blames
     // this report.
     std::lock_guard<std::mutex> lock(mu_);
     if (reported_failure_.empty()) {
-      reported_failure_ = "trainer " + std::to_string(rank) + " failed: " + body.value("error", std::string("unknown error"));
+      reported_failure_ = "trainer " + std::to_string(rank) + " failed: " + error;
       reported_failure_at_ = Clock::now();
     }
   }
@@ -197,7 +208,8 @@ namespace tessera {
 
 void Master::HandleCheckpointBarrier(Message&& m, Responder r) {
   auto body = DecodeJsonFrame(m, 0);
-  if (!body.ok() || m.frames.size() > 2 || !body->contains("rank") || !body->contains("step")) {
+  if (!body.ok() || m.frames.size() > 2 || !body->contains("rank") || !body->contains("step") ||
+      !body->at("rank").is_number_integer() || !body->at("step").is_number_integer()) {
     r.ReplyError(Status::InvalidArgument("checkpoint barrier: expected JSON {rank, step} [TrainerState]"));
     return;
   }

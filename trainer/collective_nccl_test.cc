@@ -13,9 +13,8 @@
 #include <vector>
 
 #include "common/job_config.h"
-#include "common/rpc_client.h"
 #include "kernels/cuda/device_cuda.h"
-#include "master/master.h"
+#include "master/master_test_util.h"
 
 namespace tessera {
 namespace {
@@ -55,17 +54,13 @@ TEST(NcclCollectiveTest, OneRankRunsTheWholePathOnOneGpu) {
 
   JobConfig job;
   job.cluster.num_trainers = 1;
-  auto master = Master::Start(MasterOptions{}, job);
-  ASSERT_TRUE(master.ok()) << master.status();
-  auto client = RpcClient::Create();
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto peer = (*client)->Connect((*master)->endpoint());
-  ASSERT_TRUE(peer.ok()) << peer.status();
+  auto m = StartServingMaster(job);
+  ASSERT_TRUE(m.ok()) << m.status();
 
   NcclCollectiveOptions o;
   o.prefix = "nccl_test";
   o.timeout = std::chrono::milliseconds(60000);
-  auto c = NewNcclCollective(o, client->get(), *peer);
+  auto c = NewNcclCollective(o, m->client.get(), m->peer);
   const std::string no_gpu = kernels::NoCudaDeviceReason();
   if (!no_gpu.empty()) {
     ASSERT_FALSE(c.ok());
