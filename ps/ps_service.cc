@@ -144,6 +144,17 @@ void PsService::HandleLookup(Message&& m, Responder r) {
     return;
   }
   if (job_->training.consistency == Consistency::kSync && req.meta.step > applied_steps_) {
+    // A trainer pushed step t only after its lookup of t, which was served
+    // once t-1 was applied, so it looks up at most one step past the applied
+    // ones. Refusing what is further ahead keeps a client from parking
+    // lookups here that nothing would ever answer.
+    if (req.meta.step > applied_steps_ + 1) {
+      ++errors_;
+      r.ReplyError(Status::InvalidArgument(
+          "lookup for step " + std::to_string(req.meta.step) + " in sync mode while step " +
+          std::to_string(applied_steps_) + " is the next to apply (a trainer is at most one step ahead)"));
+      return;
+    }
     // Step t+1 waits for step t's gradients of every trainer.
     const uint64_t step = req.meta.step;
     deferred_[step].push_back(DeferredLookup{std::move(req), std::move(r)});

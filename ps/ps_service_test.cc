@@ -234,6 +234,10 @@ TEST_F(PsServiceTest, SyncModeWaitsForEveryTrainersGradients) {
   RpcFuture early = client_->Call(peer_, Lookup(0, 1, {{7}}), milliseconds(5000));
   std::this_thread::sleep_for(milliseconds(200));
   EXPECT_FALSE(early.Ready());
+  // Two steps ahead of the applied ones is more than a trainer can be: refused, not parked.
+  auto far = Call(Lookup(1, 2, {{7}}));
+  EXPECT_EQ(far.status().code(), StatusCode::kInvalidArgument) << far.status();
+  EXPECT_FALSE(early.Ready());
   ASSERT_TRUE(Call(Lookup(1, 0, {{7}})).ok());
   ASSERT_TRUE(Call(Push(1, 0, 1, 4, {3, 3, 3, 3})).ok());
   auto v = Values(early.Wait(), 4);
