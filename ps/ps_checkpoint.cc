@@ -15,19 +15,8 @@ namespace tessera {
 using nlohmann::json;
 
 StatusOr<json> PsService::Snapshot(const std::string& dir, int64_t step) {
-  {
-    // Sync mode: the step's last push may still be being applied.
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!failure_.ok()) return failure_;
-    const bool sync = job_ && job_->training.consistency == Consistency::kSync;
-    if (sync && !applied_cv_.wait_for(lock, std::chrono::minutes(10), [&] {
-          return applied_steps_ >= static_cast<uint64_t>(step) || !failure_.ok();
-        })) {
-      return Status::DeadlineExceeded("gradients of step " + std::to_string(step - 1) +
-                                      " were not all applied within 10 minutes");
-    }
-    if (!failure_.ok()) return failure_;
-  }
+  // Sync mode: the step's last push may still be being applied.
+  TESSERA_RETURN_IF_ERROR(gate_.WaitApplied(static_cast<uint64_t>(step), std::chrono::minutes(10)));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::Unavailable("cannot create " + dir + ": " + ec.message());

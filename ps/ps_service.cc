@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include <glog/logging.h>
 #include <nlohmann/json.hpp>
@@ -43,6 +44,7 @@ std::shared_ptr<const PsService::ShardMap> PsService::Shards() const {
 }
 
 Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, const json& restore) {
+  TESSERA_RETURN_IF_ERROR(ReleaseShards());
   auto shards = std::make_shared<ShardMap>();
   const std::vector<ShardSpec> mine = plan.ShardsOf(ps_rank_.load());
   double total_bytes = 0;
@@ -69,26 +71,47 @@ Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, c
   job_ = job;
   plan_version_ = plan.version;
   contexts_.clear();
-  pending_.clear();
-  deferred_.clear();
   // Steps before start_step are done (a resumed job starts at its checkpoint).
-  applied_steps_ = static_cast<uint64_t>(start_step);
-  last_pushed_step_.assign(job.cluster.num_trainers, start_step - 1);
-  failure_ = Status::OK();
+  // Lookups parked under the old plan are dropped (their responders answer).
+  gate_.Reset(job.training.consistency, job.cluster.num_trainers, static_cast<uint64_t>(start_step));
   LOG(INFO) << "ps " << ps_rank_.load() << ": holding " << shards_->size() << " shard(s) of job '" << job.name
             << "', plan version " << plan.version << ", " << ConsistencyName(job.training.consistency) << " mode";
   return Status::OK();
 }
 
-void PsService::Abort(const Status& reason) {
-  std::map<uint64_t, std::vector<DeferredLookup>> deferred;
+Status PsService::ReleaseShards() {
+  // A new plan's shard reopens what an old one of the same id holds on disk
+  // (its RocksDB folder), so the old ones go first. Requests still computing
+  // hold the old map; the plan that routed them is over, wait for them.
+  std::shared_ptr<const ShardMap> old;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (failure_.ok()) failure_ = reason.ok() ? Status::Aborted("job aborted") : reason;
-    deferred.swap(deferred_);
+    old = std::move(shards_);
+    shards_ = std::make_shared<ShardMap>();
+    plan_version_ = 0;  // no plan: every request is refused until the new one is in
   }
-  for (auto& [step, lookups] : deferred) {
-    for (DeferredLookup& d : lookups) d.responder.ReplyError(reason);
+  const auto give_up = Clock::now() + std::chrono::seconds(60);
+  while (old.use_count() > 1 && Clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (old.use_count() > 1) return Status::Unavailable("requests under the old plan still run after 60 s");
+  return Status::OK();
+}
+
+void PsService::Abort(const Status& reason) {
+  Gate::Released parked;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    parked = gate_.Abort(reason);
+  }
+  AnswerReleased(std::move(parked));
+}
+
+void PsService::AnswerReleased(Gate::Released&& released) {
+  for (DeferredLookup& d : released.lookups) {
+    if (released.status.ok()) {
+      ServeLookup(std::move(d.request), std::move(d.responder));
+    } else {
+      d.responder.ReplyError(released.status);
+    }
   }
 }
 
@@ -125,8 +148,8 @@ void PsService::HandleLookup(Message&& m, Responder r) {
   }
   LookupRequest req = std::move(decoded).value();
   std::unique_lock<std::mutex> lock(mu_);
-  if (!failure_.ok()) {
-    r.ReplyError(failure_);
+  if (Status failure = gate_.failure(); !failure.ok()) {
+    r.ReplyError(failure);
     return;
   }
   if (!job_) {
@@ -143,25 +166,22 @@ void PsService::HandleLookup(Message&& m, Responder r) {
     r.ReplyError(Status::InvalidArgument("trainer rank " + std::to_string(req.meta.trainer) + " not in this job"));
     return;
   }
-  if (job_->training.consistency == Consistency::kSync && req.meta.step > applied_steps_) {
-    // A trainer pushed step t only after its lookup of t, which was served
-    // once t-1 was applied, so it looks up at most one step past the applied
-    // ones. Refusing what is further ahead keeps a client from parking
-    // lookups here that nothing would ever answer.
-    if (req.meta.step > applied_steps_ + 1) {
-      ++errors_;
-      r.ReplyError(Status::InvalidArgument(
-          "lookup for step " + std::to_string(req.meta.step) + " in sync mode while step " +
-          std::to_string(applied_steps_) + " is the next to apply (a trainer is at most one step ahead)"));
+  const uint64_t step = req.meta.step;
+  DeferredLookup lookup{std::move(req), std::move(r)};
+  Status refusal;
+  switch (gate_.OnLookup(step, &lookup, &refusal)) {
+    case LookupAction::kServe:
+      lock.unlock();
+      ServeLookup(std::move(lookup.request), std::move(lookup.responder));
       return;
-    }
-    // Step t+1 waits for step t's gradients of every trainer.
-    const uint64_t step = req.meta.step;
-    deferred_[step].push_back(DeferredLookup{std::move(req), std::move(r)});
-    return;
+    case LookupAction::kPark:
+      return;
+    case LookupAction::kRefuse:
+      // Too far ahead (the failure was checked above, and Abort takes mu_ too).
+      ++errors_;
+      lookup.responder.ReplyError(refusal);
+      return;
   }
-  lock.unlock();
-  ServeLookup(std::move(req), std::move(r));
 }
 
 void PsService::ServeLookup(LookupRequest&& req, Responder r) {
@@ -311,11 +331,10 @@ void PsService::HandlePush(Message&& m, Responder r) {
   const uint64_t step = push.meta.step;
   Context ctx;
   bool sync = false;
-  int world = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.ok()) {
-      r.ReplyError(failure_);
+    if (Status failure = gate_.failure(); !failure.ok()) {
+      r.ReplyError(failure);
       return;
     }
     if (!job_ || trainer >= static_cast<uint32_t>(job_->cluster.num_trainers)) {
@@ -328,8 +347,8 @@ void PsService::HandlePush(Message&& m, Responder r) {
                                        ", server has " + std::to_string(plan_version_)));
       return;
     }
-    if (static_cast<int64_t>(step) <= last_pushed_step_[trainer]) {
-      r.ReplyError(Status::AlreadyApplied("gradients of " + ContextName(trainer, step) + " were already applied"));
+    if (Status st = gate_.CheckPush(trainer, step); !st.ok()) {
+      r.ReplyError(st);
       return;
     }
     auto it = contexts_.find({trainer, step});
@@ -343,7 +362,6 @@ void PsService::HandlePush(Message&& m, Responder r) {
     ctx = std::move(it->second);
     contexts_.erase(it);
     sync = job_->training.consistency == Consistency::kSync;
-    world = job_->cluster.num_trainers;
   }
 
   std::vector<EntryGrads> grads;
@@ -356,64 +374,33 @@ void PsService::HandlePush(Message&& m, Responder r) {
     return;
   }
 
+  // Async: this push's gradients. Sync: none until the step's last push,
+  // then every trainer's, in rank order.
+  StatusOr<std::vector<std::vector<EntryGrads>>> ready = gate_.OnPush(trainer, step, std::move(grads));
+  if (!ready.ok()) {
+    r.ReplyError(ready.status());
+    return;
+  }
+  // Sync: parked with its step, the push is as good as applied.
+  if (sync) r.ReplyOk();
+  if (ready->empty()) return;
+
+  std::vector<const std::vector<EntryGrads>*> in_order;
+  for (const std::vector<EntryGrads>& g : *ready) in_order.push_back(&g);
+  st = ApplyMerged(in_order);
+  if (!st.ok()) {
+    const Status failure = st.WithContext(sync ? "applying step " + std::to_string(step) : "applying gradients");
+    LOG(ERROR) << failure;
+    if (!sync) r.ReplyError(failure);
+    Abort(failure);
+    return;
+  }
+  pushes_applied_ += static_cast<int64_t>(ready->size());
   if (!sync) {
-    st = ApplyMerged({&grads});
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!st.ok()) {
-      failure_ = st.WithContext("applying gradients");
-      LOG(ERROR) << failure_;
-      r.ReplyError(failure_);
-      return;
-    }
-    last_pushed_step_[trainer] = std::max<int64_t>(last_pushed_step_[trainer], static_cast<int64_t>(step));
-    ++pushes_applied_;
     r.ReplyOk();
     return;
   }
-
-  // Sync: park the gradients until every trainer's push of this step is in.
-  std::optional<PendingStep> complete;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    PendingStep& p = pending_[step];
-    if (p.by_trainer.empty()) p.by_trainer.resize(world);
-    p.by_trainer[trainer] = std::move(grads);
-    ++p.received;
-    last_pushed_step_[trainer] = static_cast<int64_t>(step);
-    if (p.received == world) {
-      CHECK_EQ(step, applied_steps_) << "sync step completed out of order";
-      complete = std::move(p);
-      pending_.erase(step);
-    }
-  }
-  r.ReplyOk();
-  if (!complete) return;
-
-  std::vector<const std::vector<EntryGrads>*> in_rank_order;
-  for (auto& g : complete->by_trainer) in_rank_order.push_back(&*g);
-  st = ApplyMerged(in_rank_order);
-  std::vector<DeferredLookup> released;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!st.ok()) {
-      failure_ = st.WithContext("applying step " + std::to_string(step));
-      LOG(ERROR) << failure_;
-    } else {
-      pushes_applied_ += world;
-      applied_steps_ = step + 1;
-      applied_cv_.notify_all();
-      auto it = deferred_.find(applied_steps_);
-      if (it != deferred_.end()) {
-        released = std::move(it->second);
-        deferred_.erase(it);
-      }
-    }
-  }
-  if (!st.ok()) {
-    Abort(st);
-    return;
-  }
-  for (DeferredLookup& d : released) ServeLookup(std::move(d.request), std::move(d.responder));
+  AnswerReleased(gate_.Applied(step));
 }
 
 void PsService::ExpireContexts() {
@@ -501,7 +488,7 @@ json PsService::Stats() const {
               {"lookup_compute_ms", lookup_ns_.load() / 1e6},
               {"backward_compute_ms", backward_ns_.load() / 1e6},
               {"apply_compute_ms", apply_ns_.load() / 1e6},
-              {"applied_steps", applied_steps_}};
+              {"applied_steps", gate_.applied_steps()}};
 }
 
 void PsService::HandleControl(Message&& m, Responder r) {
@@ -523,6 +510,17 @@ void PsService::HandleControl(Message&& m, Responder r) {
         if (!plan.ok()) {
           r.ReplyError(plan.status());
           return;
+        }
+        // The server's place in this plan (its rank), which changes when
+        // the job's servers change.
+        if (body->contains("rank")) {
+          const int rank = body->at("rank").get<int>();
+          if (rank < 0 || rank >= plan->num_ps) {
+            r.ReplyError(Status::InvalidArgument("rank " + std::to_string(rank) + " is not in a plan of " +
+                                                 std::to_string(plan->num_ps) + " servers"));
+            return;
+          }
+          set_rank(rank);
         }
         Status st = CreateShards(*job, *plan, body->value("restore", json()));
         if (!st.ok()) {

@@ -5,6 +5,9 @@
 // output gradients into row gradients with the ids the context remembered and
 // applies the sparse optimizer.
 //
+// Each handler decodes, asks the step gate (ps/step_gate.h) what the
+// consistency rules allow, computes and replies.
+//
 // Consistency:
 //   sync   The server applies step t's gradients of all trainers, summed in
 //          rank order, before it serves any step t+1 lookup (those wait).
@@ -19,6 +22,7 @@
 // disagree with the context) is answered with an error and changes nothing.
 //
 // Thread safety: all methods may be called from any thread concurrently.
+// Locks: mu_ before the gate's.
 #pragma once
 
 #include <atomic>
@@ -41,6 +45,7 @@
 #include "common/sharding_plan.h"
 #include "common/status.h"
 #include "ps/embedding_shard.h"
+#include "ps/step_gate.h"
 
 namespace tessera {
 
@@ -100,10 +105,7 @@ class PsService {
     LookupRequest request;
     Responder responder;
   };
-  struct PendingStep {
-    std::vector<std::optional<std::vector<EntryGrads>>> by_trainer;
-    int received = 0;
-  };
+  using Gate = StepGate<std::vector<EntryGrads>, DeferredLookup>;
 
   void HandleLookup(Message&& m, Responder r);
   void HandlePush(Message&& m, Responder r);
@@ -111,6 +113,8 @@ class PsService {
 
   // Computes and answers a lookup; stores its context on success.
   void ServeLookup(LookupRequest&& req, Responder r);
+  // Serves the lookups the gate released, or answers them with its status.
+  void AnswerReleased(Gate::Released&& released);
   // Checks a push against its context and computes row gradients.
   Status PushToRowGrads(const PushRequest& push, const Context& ctx, std::vector<EntryGrads>* out);
   // Sums the row gradients of several pushes (in the order given) per shard
@@ -123,23 +127,22 @@ class PsService {
 
   std::atomic<int> ps_rank_;
   const RowStoreFactory store_factory_;
+  // Drops the current shards once no request uses them (CreateShards).
+  Status ReleaseShards();
   // Fills new shards from a checkpoint's (CreateShards).
   Status Restore(const nlohmann::json& restore, const ShardMap& shards);
 
   mutable std::mutex mu_;
   std::condition_variable shutdown_cv_;
-  std::condition_variable applied_cv_;  // applied_steps_ moved
   std::shared_ptr<const ShardMap> shards_;                                 // GUARDED_BY(mu_)
   std::optional<JobConfig> job_;                                          // GUARDED_BY(mu_)
   uint32_t plan_version_ = 0;                                             // GUARDED_BY(mu_)
   std::map<std::pair<uint32_t, uint64_t>, Context> contexts_;             // GUARDED_BY(mu_)
   std::chrono::steady_clock::time_point last_expiry_;                     // GUARDED_BY(mu_)
-  std::vector<int64_t> last_pushed_step_;                                 // GUARDED_BY(mu_)
-  uint64_t applied_steps_ = 0;                                            // GUARDED_BY(mu_)
-  std::map<uint64_t, PendingStep> pending_;                               // GUARDED_BY(mu_)
-  std::map<uint64_t, std::vector<DeferredLookup>> deferred_;              // GUARDED_BY(mu_)
-  Status failure_;                                                        // GUARDED_BY(mu_)
   bool shutdown_ = false;                                                 // GUARDED_BY(mu_)
+  // Reset and Abort are called with mu_ held, so a request's checks under
+  // mu_ and the gate's decision see one plan and one failure.
+  Gate gate_;
 
   std::atomic<int64_t> lookups_{0}, ids_looked_up_{0}, pushes_applied_{0}, errors_{0};
   // Time spent computing (not waiting): pooling, row gradients, optimizer.
