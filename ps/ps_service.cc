@@ -66,16 +66,21 @@ Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, c
     TESSERA_RETURN_IF_ERROR(Restore(restore, *shards));
     start_step = restore.value("step", int64_t{0});
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  shards_ = std::move(shards);
-  job_ = job;
-  plan_version_ = plan.version;
-  contexts_.clear();
-  // Steps before start_step are done (a resumed job starts at its checkpoint).
-  // Lookups parked under the old plan are dropped (their responders answer).
-  gate_.Reset(job.training.consistency, job.cluster.num_trainers, static_cast<uint64_t>(start_step));
-  LOG(INFO) << "ps " << ps_rank_.load() << ": holding " << shards_->size() << " shard(s) of job '" << job.name
-            << "', plan version " << plan.version << ", " << ConsistencyName(job.training.consistency) << " mode";
+  Gate::Released parked;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shards_ = std::move(shards);
+    job_ = job;
+    plan_version_ = plan.version;
+    contexts_.clear();
+    // Steps before start_step are done (a resumed job starts at its checkpoint).
+    parked = gate_.Reset(job.training.consistency, job.cluster.num_trainers, static_cast<uint64_t>(start_step));
+    LOG(INFO) << "ps " << ps_rank_.load() << ": holding " << shards_->size() << " shard(s) of job '" << job.name
+              << "', plan version " << plan.version << ", " << ConsistencyName(job.training.consistency) << " mode";
+  }
+  // Lookups that waited under the old plan get PLAN_CHANGED, not the
+  // INTERNAL of a dropped request: a new plan replaced theirs.
+  AnswerReleased(std::move(parked));
   return Status::OK();
 }
 

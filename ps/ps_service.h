@@ -65,7 +65,8 @@ class PsService {
   void Handle(Message&& request, Responder responder);
 
   // Creates the shards the plan places on this server, for this job. Replaces
-  // any earlier job's shards. With `restore` (a checkpoint's shards, see
+  // any earlier job's shards; lookups still waiting under the earlier plan
+  // are answered PLAN_CHANGED. With `restore` (a checkpoint's shards, see
   // master/master_checkpoint.cc), fills them with the checkpoint's rows —
   // whichever old shards hold them, however the old plan cut the tables —
   // and starts at its step.
