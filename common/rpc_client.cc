@@ -81,10 +81,19 @@ StatusOr<Message> RpcClient::CallSync(int peer, Message&& request, std::chrono::
   return Call(peer, std::move(request), timeout).Wait();
 }
 
+void RpcClient::CancelCalls(int peer, const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.emplace_back(peer, why.ok() ? Status::Cancelled("call cancelled") : why);
+  }
+  wakeup_->Signal();
+}
+
 void RpcClient::IoLoop() {
   std::vector<zmq::pollitem_t> items;
   std::deque<Outgoing> out;
   std::deque<ConnectRequest> connects;
+  std::vector<std::pair<int, Status>> cancels;
   auto fail = [](RpcCallback& done, Status st) { done(StatusOr<Message>(std::move(st))); };
 
   while (!stop_.load()) {
@@ -105,6 +114,7 @@ void RpcClient::IoLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       out.swap(outgoing_);
       connects.swap(connects_);
+      cancels.swap(cancels_);
     }
     for (ConnectRequest& c : connects) {
       try {
@@ -134,6 +144,19 @@ void RpcClient::IoLoop() {
       pending_.emplace(id, Pending{o.deadline, std::move(o.done), o.peer});
     }
     out.clear();
+    // After the sends above: a call started before CancelCalls is cancelled too.
+    for (auto& [peer, why] : cancels) {
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if (it->second.peer != peer) {
+          ++it;
+          continue;
+        }
+        RpcCallback done = std::move(it->second.done);
+        it = pending_.erase(it);
+        fail(done, why);
+      }
+    }
+    cancels.clear();
 
     for (size_t i = 0; i < sockets_.size(); ++i) {
       if (!(items.size() > i + 1 && (items[i + 1].revents & ZMQ_POLLIN))) continue;

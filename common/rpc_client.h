@@ -65,6 +65,12 @@ class RpcClient {
   RpcFuture Call(int peer, Message&& request, std::chrono::milliseconds timeout);
   StatusOr<Message> CallSync(int peer, Message&& request, std::chrono::milliseconds timeout);
 
+  // Ends every call to `peer` that is in flight now with `why` (not OK),
+  // without waiting for its deadline: a trainer drops the requests of a job
+  // configuration the master has replaced (a lost server may never answer).
+  // A reply that still arrives is dropped. Calls started later are unaffected.
+  void CancelCalls(int peer, const Status& why);
+
  private:
   RpcClient() = default;
   void IoLoop();
@@ -94,6 +100,7 @@ class RpcClient {
   std::mutex mu_;
   std::deque<Outgoing> outgoing_;          // GUARDED_BY(mu_)
   std::deque<ConnectRequest> connects_;    // GUARDED_BY(mu_)
+  std::vector<std::pair<int, Status>> cancels_;  // GUARDED_BY(mu_)
 
   // Owned by the I/O thread.
   std::vector<std::unique_ptr<zmq::socket_t>> sockets_;

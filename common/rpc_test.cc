@@ -184,6 +184,50 @@ TEST(RpcClientTest, PendingCallsCancelledOnDestruction) {
   EXPECT_EQ(f.Wait().status().code(), StatusCode::kCancelled);
 }
 
+TEST(RpcClientTest, CancelCallsEndsOnlyThatPeersCallsInFlight) {
+  std::mutex mu;
+  std::vector<Responder> parked;
+  auto silent = RpcServer::Start(RpcServerOptions{}, [&](Message&&, Responder r) {
+    std::lock_guard<std::mutex> lock(mu);
+    parked.push_back(std::move(r));  // answered only at the end
+  });
+  auto echo = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
+  ASSERT_TRUE(silent.ok() && echo.ok());
+  auto client = RpcClient::Create();
+  ASSERT_TRUE(client.ok());
+  auto a = (*client)->Connect((*silent)->endpoint());
+  auto b = (*client)->Connect((*echo)->endpoint());
+  ASSERT_TRUE(a.ok() && b.ok());
+  RpcFuture stuck = (*client)->Call(*a, Message(Opcode::kHeartbeat), milliseconds(60000));
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!parked.empty()) break;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  (*client)->CancelCalls(*a, Status::Cancelled("the plan changed"));
+  auto r = stuck.Wait();
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+  EXPECT_NE(r.status().message().find("the plan changed"), std::string::npos);
+  // The other peer, and later calls to the cancelled one, still work.
+  EXPECT_TRUE((*client)->CallSync(*b, Message(Opcode::kHeartbeat), milliseconds(5000)).ok());
+  RpcFuture later = (*client)->Call(*a, Message(Opcode::kHeartbeat), milliseconds(5000));
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (parked.size() == 2) break;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (Responder& p : parked) p.ReplyOk();
+    parked.clear();
+  }
+  EXPECT_TRUE(later.Wait().ok());
+}
+
 TEST(RpcServerTest, BindFailureIsAnError) {
   auto a = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
   ASSERT_TRUE(a.ok());
