@@ -9,8 +9,8 @@
 #include <span>
 #include <string>
 
-#include "common/rpc_client.h"
 #include "common/status.h"
+#include "common/store.h"
 
 namespace tessera {
 
@@ -37,14 +37,17 @@ struct GlooCollectiveOptions {
   int world = 1;
   // Address this trainer's Gloo endpoints bind to and peers connect to.
   std::string host = "127.0.0.1";
-  // Keys of this job in the master's store.
+  // Prefix of this job's keys in the store: one per job.
   std::string prefix = "gloo";
+  // Bounds the rendezvous (each wait for a peer's key and connection) and
+  // each allreduce: a missing or dead peer gives an error, never a hang.
   std::chrono::milliseconds timeout{120000};
 };
 
-// Rendezvous through the master's store (DESIGN.md §5): trainers need only
-// the master's address. `master_peer` is the master's peer in `client`.
-StatusOr<std::unique_ptr<Collective>> NewGlooCollective(const GlooCollectiveOptions& options, RpcClient* client,
-                                                        int master_peer);
+// The ranks meet through `store` (DESIGN.md §5): the master's store in a job
+// (trainer/master_store.h), a MemoryStore shared by ranks that are threads of
+// one process. `store` is used only during this call. A world of one needs
+// no store (it may be null) and gives NewLocalCollective().
+StatusOr<std::unique_ptr<Collective>> NewGlooCollective(const GlooCollectiveOptions& options, Store* store);
 
 }  // namespace tessera

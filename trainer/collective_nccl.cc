@@ -16,7 +16,6 @@
 #include <glog/logging.h>
 
 #include "kernels/cuda/device_cuda.h"
-#include "trainer/master_store.h"
 
 namespace tessera {
 namespace {
@@ -205,15 +204,15 @@ class NcclCollective final : public Collective {
   DeviceBuffer staging_;  // its device copy
 };
 
-StatusOr<ncclUniqueId> ExchangeUniqueId(const NcclCollectiveOptions& options, RpcClient* client, int master_peer) {
+StatusOr<ncclUniqueId> ExchangeUniqueId(const NcclCollectiveOptions& options, Store* store) {
   const std::string key = options.prefix + "/unique_id";
   ncclUniqueId id;
   if (options.rank == 0) {
     TESSERA_RETURN_IF_ERROR(FromNccl(nccl->GetUniqueId(&id), nullptr, "ncclGetUniqueId"));
-    TESSERA_RETURN_IF_ERROR(MasterStoreSet(client, master_peer, key, &id, sizeof(id), options.timeout));
+    TESSERA_RETURN_IF_ERROR(store->Set(key, std::string(reinterpret_cast<const char*>(&id), sizeof(id))));
     return id;
   }
-  TESSERA_ASSIGN_OR_RETURN(std::string bytes, MasterStoreGet(client, master_peer, key, options.timeout));
+  TESSERA_ASSIGN_OR_RETURN(std::string bytes, store->Get(key, options.timeout));
   if (bytes.size() != sizeof(id)) {
     return Status::DataLoss("NCCL unique id under " + key + " has " + std::to_string(bytes.size()) +
                             " bytes, expected " + std::to_string(sizeof(id)) + " (another NCCL version?)");
@@ -231,16 +230,15 @@ StatusOr<int> NcclRuntimeVersion() {
   return version;
 }
 
-StatusOr<std::unique_ptr<Collective>> NewNcclCollective(const NcclCollectiveOptions& options, RpcClient* client,
-                                                        int master_peer) {
+StatusOr<std::unique_ptr<Collective>> NewNcclCollective(const NcclCollectiveOptions& options, Store* store) {
   if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
     return Status::InvalidArgument("NCCL collective: rank must be in [0, world)");
   }
   TESSERA_ASSIGN_OR_RETURN(const int version, NcclRuntimeVersion());
   TESSERA_RETURN_IF_ERROR(
       FromCuda(cudaSetDevice(options.device), "cudaSetDevice(" + std::to_string(options.device) + ")"));
-  auto id = ExchangeUniqueId(options, client, master_peer);
-  if (!id.ok()) return id.status().WithContext("NCCL rendezvous through the master");
+  auto id = ExchangeUniqueId(options, store);
+  if (!id.ok()) return id.status().WithContext("NCCL rendezvous");
 
   cudaStream_t stream = nullptr;
   TESSERA_RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));

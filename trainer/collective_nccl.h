@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "common/rpc_client.h"
 #include "common/status.h"
+#include "common/store.h"
 #include "trainer/collective.h"
 
 namespace tessera {
@@ -19,7 +19,7 @@ struct NcclCollectiveOptions {
   int world = 1;
   // CUDA device of this trainer; made current on the calling thread.
   int device = 0;
-  // Key of this job's NCCL unique id in the master's store: one communicator
+  // Key prefix of this job's NCCL unique id in the store: one communicator
   // per job, so the job's name belongs in it.
   std::string prefix = "nccl";
   // Bounds the rendezvous, the communicator's set-up and each allreduce: a
@@ -27,17 +27,17 @@ struct NcclCollectiveOptions {
   std::chrono::milliseconds timeout{120000};
 };
 
-// Rank 0 makes the unique id and sets it in the master's store; the others
-// get it (the get waits for it), then all create the communicator together.
-// `master_peer` is the master's peer in `client`. Calls, including
-// AllReduceSum on host memory (staged through page-locked and device
-// buffers), come from one thread, with options.device current.
 // The version of the libnccl.so.2 this process opens (NCCL_VERSION_CODE
 // form, 22809 for 2.28.9), loading it on first use; Unavailable, saying why,
 // where it cannot be loaded. Built only with NCCL's header.
 StatusOr<int> NcclRuntimeVersion();
 
-StatusOr<std::unique_ptr<Collective>> NewNcclCollective(const NcclCollectiveOptions& options, RpcClient* client,
-                                                        int master_peer);
+// Rank 0 makes the unique id and sets it in `store` (the master's store in a
+// job, trainer/master_store.h); the others get it (the get waits for it, at
+// most options.timeout), then all create the communicator together. `store`
+// is used only during this call. Calls, including AllReduceSum on host
+// memory (staged through page-locked and device buffers), come from one
+// thread, with options.device current.
+StatusOr<std::unique_ptr<Collective>> NewNcclCollective(const NcclCollectiveOptions& options, Store* store);
 
 }  // namespace tessera

@@ -12,9 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "common/job_config.h"
+#include "common/memory_store.h"
 #include "kernels/cuda/device_cuda.h"
-#include "master/master_test_util.h"
 
 namespace tessera {
 namespace {
@@ -38,13 +37,13 @@ TEST(NcclCollectiveTest, ABadRankIsRefused) {
   NcclCollectiveOptions o;
   o.world = 2;
   o.rank = 2;
-  auto c = NewNcclCollective(o, nullptr, 0);
+  auto c = NewNcclCollective(o, nullptr);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
 }
 
-// One rank on one GPU: NCCL opened at run time, the unique id through a real
-// master's store, a non-blocking communicator, allreduce of host memory (at
+// One rank on one GPU: NCCL opened at run time, the unique id through a
+// store, a non-blocking communicator, allreduce of host memory (at
 // two sizes, so its staging buffers grow) and of device memory, and the
 // finalize in the destructor. The sum over one rank is the input itself.
 // Without a GPU, creating the collective fails cleanly with the reason.
@@ -52,15 +51,11 @@ TEST(NcclCollectiveTest, OneRankRunsTheWholePathOnOneGpu) {
   StatusOr<int> version = NcclRuntimeVersion();
   if (!version.ok()) GTEST_SKIP() << version.status();
 
-  JobConfig job;
-  job.cluster.num_trainers = 1;
-  auto m = StartServingMaster(job);
-  ASSERT_TRUE(m.ok()) << m.status();
-
+  MemoryStore store;
   NcclCollectiveOptions o;
   o.prefix = "nccl_test";
   o.timeout = std::chrono::milliseconds(60000);
-  auto c = NewNcclCollective(o, m->client.get(), m->peer);
+  auto c = NewNcclCollective(o, &store);
   const std::string no_gpu = kernels::NoCudaDeviceReason();
   if (!no_gpu.empty()) {
     ASSERT_FALSE(c.ok());
@@ -89,7 +84,7 @@ TEST(NcclCollectiveTest, OneRankRunsTheWholePathOnOneGpu) {
   std::vector<float> back(n, -1.0f);
   ASSERT_EQ(cudaMemcpy(back.data(), device->data(), n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(back, host);
-  c->reset();  // finalizes the communicator while the master still runs
+  c->reset();  // finalizes the communicator
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
-// Gloo allreduce with a rendezvous store served by the master over ZeroMQ.
-#include <cstring>
+// Gloo allreduce over TCP; the ranks meet through a Store (common/store.h).
+#include <algorithm>
+#include <chrono>
 #include <exception>
-#include <thread>
+#include <string>
+#include <vector>
 
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
@@ -13,7 +15,6 @@
 #include <glog/logging.h>
 
 #include "trainer/collective.h"
-#include "trainer/master_store.h"
 
 namespace tessera {
 namespace {
@@ -27,34 +28,44 @@ class LocalCollective final : public Collective {
   Status AllReduceSumDevice(float*, int64_t) override { return Status::OK(); }
 };
 
-// gloo::rendezvous::Store over the master's store (trainer/master_store.h). Gloo's
-// interface reports failure by exception; Rendezvous() below turns it into a
+// gloo::rendezvous::Store over a Store. Gloo's interface has no deadline on
+// get and reports failure by exception; every wait here is bounded by the
+// collective's timeout, and NewGlooCollective turns the exception into a
 // Status.
-class MasterStore final : public gloo::rendezvous::Store {
+class GlooStore final : public gloo::rendezvous::Store {
  public:
-  MasterStore(RpcClient* client, int peer, std::chrono::milliseconds timeout)
-      : client_(client), peer_(peer), timeout_(timeout) {}
+  GlooStore(tessera::Store* store, std::chrono::milliseconds timeout) : store_(store), timeout_(timeout) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    const Status st = MasterStoreSet(client_, peer_, key, data.data(), data.size(), timeout_);
+    const Status st = store_->Set(key, std::string(data.begin(), data.end()));
     if (!st.ok()) throw gloo::IoException(st.ToString());
   }
 
   std::vector<char> get(const std::string& key) override {
-    StatusOr<std::string> value = MasterStoreGet(client_, peer_, key, timeout_);
-    if (!value.ok()) throw gloo::IoException(value.status().ToString());
-    return std::vector<char>(value->begin(), value->end());
+    const std::string value = Get(key, timeout_);
+    return std::vector<char>(value.begin(), value.end());
   }
 
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
 
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
-    for (const std::string& k : keys) (void)get(k);  // a get waits for the key
+  // All keys by one deadline (a get waits for its key).
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    using std::chrono::milliseconds;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (const std::string& k : keys) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+      (void)Get(k, std::max(left, milliseconds(0)));
+    }
   }
 
  private:
-  RpcClient* client_;
-  int peer_;
+  std::string Get(const std::string& key, std::chrono::milliseconds timeout) {
+    StatusOr<std::string> value = store_->Get(key, timeout);
+    if (!value.ok()) throw gloo::IoException(value.status().ToString());
+    return *std::move(value);
+  }
+
+  tessera::Store* store_;
   std::chrono::milliseconds timeout_;
 };
 
@@ -96,21 +107,24 @@ class GlooCollective final : public Collective {
 
 std::unique_ptr<Collective> NewLocalCollective() { return std::make_unique<LocalCollective>(); }
 
-StatusOr<std::unique_ptr<Collective>> NewGlooCollective(const GlooCollectiveOptions& options, RpcClient* client,
-                                                        int master_peer) {
+StatusOr<std::unique_ptr<Collective>> NewGlooCollective(const GlooCollectiveOptions& options, Store* store) {
+  if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
+    return Status::InvalidArgument("Gloo collective: rank must be in [0, world)");
+  }
   if (options.world == 1) return NewLocalCollective();
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.host;
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    MasterStore store(client, master_peer, options.timeout);
-    gloo::rendezvous::PrefixStore prefixed(options.prefix, store);
+    GlooStore gloo_store(store, options.timeout);
+    gloo::rendezvous::PrefixStore prefixed(options.prefix, gloo_store);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world);
     context->setTimeout(options.timeout);
     context->connectFullMesh(prefixed, device);
     return std::unique_ptr<Collective>(new GlooCollective(options, std::move(context)));
   } catch (const std::exception& e) {
-    return Status::Unavailable(std::string("gloo rendezvous failed: ") + e.what());
+    return Status::Unavailable("gloo rendezvous of rank " + std::to_string(options.rank) + " of " +
+                               std::to_string(options.world) + " failed: " + e.what());
   }
 }
 

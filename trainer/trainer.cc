@@ -19,13 +19,13 @@
 #include "trainer/dense_optimizer.h"
 #include "trainer/dlrm_model.h"
 #include "trainer/embedding_client.h"
+#include "trainer/master_store.h"
 #include "trainer/training_loop.h"
 
 #if defined(TESSERA_HAVE_NCCL)
 #include "kernels/cuda/device_cuda.h"
 #include "trainer/collective_host_staged.h"
 #include "trainer/collective_nccl.h"
-#include "trainer/master_store.h"
 #endif
 
 namespace tessera {
@@ -274,6 +274,7 @@ Status Trainer::Train(const json& start, json* report) {
 
 StatusOr<std::unique_ptr<Collective>> Trainer::OpenCollective(const JobConfig& job) {
   if (options_.world == 1) return NewLocalCollective();
+  store_ = std::make_unique<MasterStore>(client_.get(), master_peer_, milliseconds(job.runtime.collective_timeout_ms));
 #if defined(TESSERA_HAVE_NCCL)
   // Every trainer makes the same choice (they all read the same answers).
   TESSERA_ASSIGN_OR_RETURN(const std::string why_not_nccl, WhyNotNccl(job));
@@ -284,7 +285,7 @@ StatusOr<std::unique_ptr<Collective>> Trainer::OpenCollective(const JobConfig& j
     no.device = options_.device;
     no.prefix = "nccl/" + job.name;
     no.timeout = milliseconds(job.runtime.collective_timeout_ms);
-    return NewNcclCollective(no, client_.get(), master_peer_);
+    return NewNcclCollective(no, store_.get());
   }
   if (options_.device >= 0) {
     LOG(WARNING) << "trainer " << options_.rank << ": " << why_not_nccl
@@ -303,7 +304,7 @@ StatusOr<std::unique_ptr<Collective>> Trainer::OpenGlooCollective(const JobConfi
   go.host = options_.host;
   go.prefix = "gloo/" + job.name;
   go.timeout = milliseconds(job.runtime.collective_timeout_ms);
-  return NewGlooCollective(go, client_.get(), master_peer_);
+  return NewGlooCollective(go, store_.get());
 }
 
 #if defined(TESSERA_HAVE_NCCL)
@@ -320,13 +321,11 @@ StatusOr<std::string> Trainer::WhyNotNccl(const JobConfig& job) {
   }
   const std::string prefix = "devices/" + job.name + "/";
   const milliseconds timeout(job.runtime.collective_timeout_ms);
-  TESSERA_RETURN_IF_ERROR(MasterStoreSet(client_.get(), master_peer_, prefix + std::to_string(options_.rank),
-                                         mine.data(), mine.size(), timeout));
+  TESSERA_RETURN_IF_ERROR(store_->Set(prefix + std::to_string(options_.rank), mine));
   std::set<std::string> seen;
   std::string why;
   for (int r = 0; r < options_.world; ++r) {
-    TESSERA_ASSIGN_OR_RETURN(const std::string where,
-                             MasterStoreGet(client_.get(), master_peer_, prefix + std::to_string(r), timeout));
+    TESSERA_ASSIGN_OR_RETURN(const std::string where, store_->Get(prefix + std::to_string(r), timeout));
     if (where == "cpu") {
       if (why.empty()) why = "trainer " + std::to_string(r) + " runs on the CPU";
     } else if (!seen.insert(where).second && why.empty()) {

@@ -66,6 +66,7 @@ class Trainer {
   TrainerOptions options_;
   std::unique_ptr<RpcClient> client_;
   int master_peer_ = -1;
+  std::unique_ptr<Store> store_;  // the master's store (MasterStore), where the collectives meet
   int64_t heartbeat_ms_ = 500;
   int64_t peer_timeout_ms_ = 10000;
 
