@@ -368,12 +368,18 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
   if (const json* rt = f.Get("runtime")) {
     JsonFields rf(*rt, "runtime");
     TESSERA_RETURN_IF_ERROR(rf.OnlyKeys(
-        {"heartbeat_ms", "peer_timeout_ms", "rpc_timeout_ms", "context_ttl_ms", "collective_timeout_ms"}));
+        {"heartbeat_ms", "peer_timeout_ms", "rpc_timeout_ms", "context_ttl_ms", "collective_timeout_ms",
+         "recover_lost_servers", "replacement_wait_ms", "max_recoveries"}));
     TESSERA_RETURN_IF_ERROR(rf.Int("heartbeat_ms", &c.runtime.heartbeat_ms, false, 10, 600000));
     TESSERA_RETURN_IF_ERROR(rf.Int("peer_timeout_ms", &c.runtime.peer_timeout_ms, false, 100, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Int("rpc_timeout_ms", &c.runtime.rpc_timeout_ms, false, 100, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Int("context_ttl_ms", &c.runtime.context_ttl_ms, false, 100, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Int("collective_timeout_ms", &c.runtime.collective_timeout_ms, false, 100, 86400000));
+    TESSERA_RETURN_IF_ERROR(rf.Bool("recover_lost_servers", &c.runtime.recover_lost_servers, false));
+    TESSERA_RETURN_IF_ERROR(rf.Int("replacement_wait_ms", &c.runtime.replacement_wait_ms, false, 0, 86400000));
+    int64_t max_recoveries = c.runtime.max_recoveries;
+    TESSERA_RETURN_IF_ERROR(rf.Int("max_recoveries", &max_recoveries, false, 0, 1000000));
+    c.runtime.max_recoveries = static_cast<int>(max_recoveries);
     if (c.runtime.peer_timeout_ms <= c.runtime.heartbeat_ms) {
       return Status::InvalidArgument("runtime.peer_timeout_ms: must exceed runtime.heartbeat_ms");
     }
@@ -498,7 +504,10 @@ json JobConfig::ToJson() const {
         {"peer_timeout_ms", runtime.peer_timeout_ms},
         {"rpc_timeout_ms", runtime.rpc_timeout_ms},
         {"context_ttl_ms", runtime.context_ttl_ms},
-        {"collective_timeout_ms", runtime.collective_timeout_ms}}},
+        {"collective_timeout_ms", runtime.collective_timeout_ms},
+        {"recover_lost_servers", runtime.recover_lost_servers},
+        {"replacement_wait_ms", runtime.replacement_wait_ms},
+        {"max_recoveries", runtime.max_recoveries}}},
   };
 }
 

@@ -141,6 +141,16 @@ struct RuntimeConfig {
   int64_t context_ttl_ms = 300000;
   // Gloo collective timeout.
   int64_t collective_timeout_ms = 120000;
+  // A parameter server lost while the job trains (dead, or silent for
+  // peer_timeout_ms) is recovered from: the job rolls back to its newest
+  // checkpoint (or to step 0 without one) on the other servers plus any
+  // that registered. false: the job ends with an error instead.
+  bool recover_lost_servers = true;
+  // How long a recovery waits for a replacement server to register before
+  // it goes on with the survivors (0: at once; a later one is added).
+  int64_t replacement_wait_ms = 0;
+  // Recoveries a job may make before a further loss ends it.
+  int max_recoveries = 10;
 };
 
 // Consistent checkpoints at step boundaries (docs/operations.md).

@@ -1,5 +1,6 @@
 #include "master/master.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <thread>
@@ -21,7 +22,7 @@ StatusOr<std::unique_ptr<Master>> Master::Start(const MasterOptions& options, co
   m->options_ = options;
   m->job_ = job;
   m->trainers_.resize(job.cluster.num_trainers);
-  m->barrier_.resize(job.cluster.num_trainers);
+  m->barrier_ = StepBarrier<Responder>(job.cluster.num_trainers);
   Master* self = m.get();
   // Handlers only update membership and answer: the I/O thread runs them.
   TESSERA_ASSIGN_OR_RETURN(m->server_, RpcServer::Start(RpcServerOptions{options.bind_address, 0},
@@ -35,8 +36,9 @@ StatusOr<std::unique_ptr<Master>> Master::Start(const MasterOptions& options, co
 
 Message Master::StartReply(const Header& request) const {
   Message m = EncodeJsonReply(request, start_info_);
-  // A resumed job's trainers get trainer 0's saved state.
-  if (options_.resume) m.AddString(resume_state_);
+  // Trainers of a generation that starts from a checkpoint get trainer 0's
+  // saved state.
+  if (!start_state_.empty()) m.AddString(start_state_);
   return m;
 }
 
@@ -82,7 +84,8 @@ Status Master::WaitForMembers() {
     for (const auto& t : trainers_) trainers += t.has_value();
     if (static_cast<int>(ps_.size()) == job_.cluster.num_ps && trainers == job_.cluster.num_trainers) return Status::OK();
     const auto now = Clock::now();
-    TESSERA_RETURN_IF_ERROR(FindDeadMember(now));
+    int dead_ps = -1;
+    TESSERA_RETURN_IF_ERROR(FindDeadMember(now, &dead_ps));
     if (now > deadline) {
       return Status::DeadlineExceeded("only " + std::to_string(ps_.size()) + "/" + std::to_string(job_.cluster.num_ps) +
                                       " parameter servers and " + std::to_string(trainers) + "/" +
@@ -94,71 +97,58 @@ Status Master::WaitForMembers() {
 }
 
 Status Master::StartJob() {
-  std::vector<std::string> endpoints;
-  PlannerOptions planner;
+  std::vector<int> members;
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_ = State::kStarting;
-    for (const PsMember& p : ps_) {
-      endpoints.push_back(p.endpoint);
-      planner.servers.push_back(ServerInfo{p.host, p.memory_bytes});
-    }
+    for (const auto& [id, p] : ps_) members.push_back(id);
   }
-  if (options_.resume) TESSERA_RETURN_IF_ERROR(LoadResumePoint());
-  TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, PlanSharding(job_, planner));
-  std::cout << FormatPlan(job_, plan) << std::flush;
-  for (const std::string& e : endpoints) {
-    TESSERA_ASSIGN_OR_RETURN(int peer, client_->Connect(e));
-    ps_peers_.push_back(peer);
+  RestorePoint from;
+  if (options_.resume) {
+    TESSERA_ASSIGN_OR_RETURN(from, NewestRestorePoint(/*required=*/true));
+    std::cout << "[master] resuming from " << from.dir << " at step " << from.step << std::endl;
   }
-  const json job_json = job_.ToJson();
-  const json plan_json = plan.ToJson();
-  for (int ps = 0; ps < job_.cluster.num_ps; ++ps) {
-    Status st;
-    json body = {{"job", job_json}, {"plan", plan_json}};
-    if (options_.resume) body["restore"] = resume_restore_;
-    // Restoring reads the checkpoint's rows: allow it time.
-    CallServer(ps, Opcode::kCreateShards, body, milliseconds(options_.resume ? 3600000 : 60000), &st);
-    if (!st.ok()) return st.WithContext("creating shards on parameter server " + std::to_string(ps));
-  }
-  std::vector<Responder> waiters;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    plan_ = plan;
-    start_info_ = {{"job", job_json},
-                   {"plan", plan_json},
-                   {"ps_endpoints", endpoints},
-                   {"dump_dir", options_.dump_dir},
-                   {"start_step", resume_step_}};
-    state_ = State::kRunning;
-    waiters.swap(start_waiters_);
-    // The clock of liveness restarts: the start may have taken a while.
-    const auto now = Clock::now();
-    for (auto& p : ps_) p.last_seen = now;
-    for (auto& t : trainers_) t->last_seen = now;
-  }
-  for (Responder& r : waiters) r.Reply(StartReply(r.request_header()));
+  TESSERA_RETURN_IF_ERROR(StartGeneration(members, from));
   started_at_ = Clock::now();
   LOG(INFO) << "job '" << job_.name << "' started: " << job_.cluster.num_trainers << " trainer(s), "
-            << job_.cluster.num_ps << " parameter server(s), " << ConsistencyName(job_.training.consistency)
-            << " mode";
+            << members.size() << " parameter server(s), " << ConsistencyName(job_.training.consistency) << " mode";
   return Status::OK();
 }
 
-Status Master::FindDeadMember(Clock::time_point now) const {
+std::string Master::DescribeServer(int member) const {
+  auto it = ps_.find(member);
+  if (it == ps_.end()) return "parameter server " + std::to_string(member);
+  return "parameter server " + std::to_string(member) + " (" + it->second.endpoint + ", pid " +
+         std::to_string(it->second.pid) + ")";
+}
+
+Status Master::FindDeadMember(Clock::time_point now, int* ps) {
+  *ps = -1;
   const auto timeout = milliseconds(job_.runtime.peer_timeout_ms);
   auto silent = [&](Clock::time_point last) {
     return std::to_string(std::chrono::duration_cast<milliseconds>(now - last).count() / 1000.0).substr(0, 5);
   };
+  // A server outside the running generation holds nothing yet: forget it.
+  for (auto it = ps_.begin(); it != ps_.end();) {
+    const bool in_generation =
+        std::find(generation_ps_.begin(), generation_ps_.end(), it->first) != generation_ps_.end();
+    if (state_ != State::kWaiting && !in_generation && it->second.last_seen < now - timeout) {
+      LOG(WARNING) << DescribeServer(it->first) << " sent no heartbeat for " << silent(it->second.last_seen)
+                   << " s before it joined the job; forgotten";
+      it = ps_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   // When several are silent, the one silent longest went first; the others
   // are often stuck waiting for it (an allreduce, a sync lookup).
   Clock::time_point oldest = now - timeout;
   std::string who;
-  for (size_t i = 0; i < ps_.size(); ++i) {
-    if (ps_[i].last_seen < oldest) {
-      oldest = ps_[i].last_seen;
-      who = "parameter server " + std::to_string(i) + " (" + ps_[i].endpoint + ", pid " + std::to_string(ps_[i].pid) +
-            ")";
+  for (const auto& [id, p] : ps_) {
+    if (p.last_seen < oldest) {
+      oldest = p.last_seen;
+      who = DescribeServer(id);
+      *ps = id;
     }
   }
   for (size_t i = 0; i < trainers_.size(); ++i) {
@@ -166,6 +156,7 @@ Status Master::FindDeadMember(Clock::time_point now) const {
     if (t && !t->done && t->last_seen < oldest) {
       oldest = t->last_seen;
       who = "trainer " + std::to_string(i) + " (host " + t->host + ", pid " + std::to_string(t->pid) + ")";
+      *ps = -1;
     }
   }
   if (who.empty()) return Status::OK();
@@ -190,7 +181,17 @@ Status Master::MonitorUntilDone() {
     Status reason;
     if (AbortRequested(&reason)) return reason;
     const auto now = Clock::now();
-    Status dead = FindDeadMember(now);
+    int dead_ps = -1;
+    Status dead = FindDeadMember(now, &dead_ps);
+    if (!dead.ok() && dead_ps >= 0 && job_.runtime.recover_lost_servers) {
+      // Trainers that failed because of this server are not the cause.
+      reported_failure_.clear();
+      lock.unlock();
+      Status st = RecoverFromLostServer(dead_ps, dead);
+      lock.lock();
+      TESSERA_RETURN_IF_ERROR(st);
+      continue;
+    }
     if (!reported_failure_.empty()) {
       if (!dead.ok()) return Status(dead.code(), dead.message() + " (then " + reported_failure_ + ")");
       if (now - reported_failure_at_ > milliseconds(job_.runtime.peer_timeout_ms)) {
@@ -201,14 +202,50 @@ Status Master::MonitorUntilDone() {
       bool all_done = true;
       for (const auto& t : trainers_) all_done = all_done && t->done;
       if (all_done) return Status::OK();
+      if (!job_.checkpoint.dir.empty() && ServerChangePending() && checkpoint_requested_id_ <= checkpoint_served_id_) {
+        // The change happens at the next boundary, through a checkpoint.
+        ++checkpoint_requested_id_;
+        LOG(INFO) << "the job's servers change at the next step boundary";
+      }
       TESSERA_RETURN_IF_ERROR(ServeBarrier(&lock));
     }
     cv_.wait_for(lock, milliseconds(100));
   }
 }
 
-json Master::CallServer(int ps, Opcode op, const json& body, milliseconds timeout, Status* status) {
-  auto reply = client_->CallSync(ps_peers_[ps], EncodeJson(op, body), timeout);
+StatusOr<int> Master::ServerPeer(int member) {
+  auto it = ps_peers_.find(member);
+  if (it != ps_peers_.end()) return it->second;
+  std::string endpoint;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto m = ps_.find(member);
+    if (m == ps_.end()) return Status::NotFound("parameter server " + std::to_string(member) + " is not a member");
+    endpoint = m->second.endpoint;
+  }
+  TESSERA_ASSIGN_OR_RETURN(int peer, client_->Connect(endpoint));
+  ps_peers_[member] = peer;
+  return peer;
+}
+
+json Master::CallServer(int member, Opcode op, const json& body, milliseconds timeout, Status* status, bool watch) {
+  auto peer = ServerPeer(member);
+  if (!peer.ok()) {
+    *status = peer.status();
+    return json();
+  }
+  RpcFuture call = client_->Call(*peer, EncodeJson(op, body), timeout);
+  while (watch && !call.Ready()) {
+    std::this_thread::sleep_for(milliseconds(50));
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = ps_.find(member);
+    if (it == ps_.end() || Clock::now() - it->second.last_seen > milliseconds(job_.runtime.peer_timeout_ms)) {
+      client_->CancelCalls(*peer, Status::Unavailable(DescribeServer(member) + " stopped sending heartbeats during " +
+                                                      OpcodeName(op) + ": it died or hangs"));
+      break;
+    }
+  }
+  auto reply = call.Wait();
   if (!reply.ok()) {
     *status = reply.status();
     return json();
@@ -229,17 +266,15 @@ void Master::AbortJob(const Status& reason) {
     std::lock_guard<std::mutex> lock(mu_);
     state_ = State::kAborted;
     abort_reason_ = reason;
-    waiters.swap(start_waiters_);
-    for (auto& a : barrier_) {
-      if (a) waiters.push_back(std::move(a->responder));
-      a.reset();
-    }
+    for (StartWaiter& w : start_waiters_) waiters.push_back(std::move(w.responder));
+    start_waiters_.clear();
+    for (Responder& r : barrier_.TakeAll()) waiters.push_back(std::move(r));
   }
   for (Responder& r : waiters) r.ReplyError(reason);
   store_.FailWaiters(reason);
-  for (size_t ps = 0; ps < ps_peers_.size(); ++ps) {
+  for (const auto& [member, peer] : ps_peers_) {
     Status st;
-    CallServer(static_cast<int>(ps), Opcode::kAbort, json{{"reason", reason.message()}}, milliseconds(2000), &st);
+    CallServer(member, Opcode::kAbort, json{{"reason", reason.message()}}, milliseconds(2000), &st);
   }
   // Trainers and servers that are still alive learn the end from their next
   // heartbeat; stay up long enough to tell them.
@@ -249,7 +284,12 @@ void Master::AbortJob(const Status& reason) {
 StatusOr<JobSummary> Master::FinishJob() {
   const double wall_s = std::chrono::duration<double>(Clock::now() - started_at_).count();
   json servers = json::array();
-  for (int ps = 0; ps < static_cast<int>(ps_peers_.size()); ++ps) {
+  std::vector<int> members;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    members = generation_ps_;
+  }
+  for (int ps : members) {
     Status st;
     json stats;
     if (!options_.dump_dir.empty()) {
@@ -260,6 +300,18 @@ StatusOr<JobSummary> Master::FinishJob() {
     servers.push_back(st.ok() ? stats : json{{"error", st.ToString()}});
     CallServer(ps, Opcode::kShutdown, json::object(), milliseconds(10000), &st);
     if (!st.ok()) LOG(WARNING) << "parameter server " << ps << " did not acknowledge shutdown: " << st;
+  }
+  // Servers that registered but never joined a generation hold nothing.
+  std::vector<int> spare;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, p] : ps_) {
+      if (std::find(members.begin(), members.end(), id) == members.end()) spare.push_back(id);
+    }
+  }
+  for (int ps : spare) {
+    Status st;
+    CallServer(ps, Opcode::kShutdown, json::object(), milliseconds(10000), &st);
   }
   json trainers = json::array();
   double examples_per_s = 0;
@@ -279,6 +331,7 @@ StatusOr<JobSummary> Master::FinishJob() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     summary.json["checkpoints"] = checkpoints_;
+    summary.json["generations"] = generations_;
   }
   summary.json["storage"] = SummarizeStorage(servers);
   if (!eval.is_null()) summary.json["eval"] = eval;

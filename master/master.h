@@ -2,19 +2,33 @@
 // membership and the sharding plan; it never holds parameters or data.
 //
 // Life of a job:
-//   1. Parameter servers and trainers register (REGISTER); servers get ranks.
-//   2. When the config's counts have registered, the master plans the
-//      sharding, creates the shards on the servers (CREATE_SHARDS) and
-//      answers every trainer's WAIT_START with the job, the plan and the
-//      servers' addresses.
+//   1. Parameter servers and trainers register (REGISTER); each server gets a
+//      member id (registration order, never reused).
+//   2. When the config's counts have registered, the master starts the job's
+//      first *generation*: it plans the sharding over the servers, creates
+//      the shards (CREATE_SHARDS, telling each server its place in the plan)
+//      and answers every trainer's WAIT_START with the job, the plan, the
+//      servers' addresses and the generation.
 //   3. Trainers train; they heartbeat and report progress, which the master
-//      prints. Any member silent for runtime.peer_timeout_ms ends the job
-//      with an error naming it (no hanging on a dead trainer).
-//   4. When every trainer has reported done, the master (optionally) has the
+//      prints. A trainer silent for runtime.peer_timeout_ms ends the job with
+//      an error naming it (no hanging on a dead trainer).
+//   4. The servers change while the job trains, each change a new generation
+//      (its number is the plan version), restored from a consistent cut:
+//        - a server lost (dead, or silent for peer_timeout_ms): the
+//          generation goes up at once, trainers drop their step and wait; the
+//          job rolls back to the newest checkpoint (step 0 without one) on
+//          the survivors plus any server that registered, and replays;
+//        - a server added (one registers after the start) or removed
+//          (--control remove_ps, SIGTERM to a server): the trainers stop at
+//          the next step boundary as for a checkpoint, a checkpoint is taken
+//          there, and the next generation starts from it on the new set of
+//          servers (no rollback); a removed server is then shut down.
+//   5. When every trainer has reported done, the master (optionally) has the
 //      servers dump their shards, shuts them down and prints a summary.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -31,6 +45,7 @@
 #include "common/sharding_plan.h"
 #include "common/status.h"
 #include "master/kv_store.h"
+#include "master/step_barrier.h"
 
 namespace tessera {
 
@@ -47,9 +62,11 @@ struct MasterOptions {
   // Start from the newest complete checkpoint under checkpoint.dir, re-planned
   // for the servers of this run (their number may differ).
   bool resume = false;
-  // Fault injection for tests: the process dies in the middle of its Nth
-  // checkpoint (servers snapshotted, manifest not yet written). 0 = never.
+  // Fault injection for tests: called in the middle of the Nth checkpoint
+  // (servers snapshotted, manifest not yet written); main() ends the process
+  // there. 0 = never.
   int crash_in_checkpoint = 0;
+  std::function<void()> crash_hook;
 };
 
 // What the master learned by the end of a job.
@@ -77,8 +94,14 @@ class Master {
   // checkpoint.dir.
   Status RequestCheckpoint(const std::string& why);
 
+  // Drains parameter server `member` (its member id) to the others at the
+  // next step boundary, then shuts it down (it exits 0). Thread-safe. Fails
+  // when it is not a server of the job, is the last one, or the job has no
+  // checkpoint.dir (the change goes through a checkpoint).
+  Status RequestRemoveServer(int member, const std::string& why);
+
  private:
-  enum class State { kWaiting, kStarting, kRunning, kDone, kAborted };
+  enum class State { kWaiting, kStarting, kRunning, kRecovering, kDone, kAborted };
   using Clock = std::chrono::steady_clock;
 
   struct PsMember {
@@ -87,6 +110,7 @@ class Master {
     int64_t memory_bytes = 0;  // for embedding rows; 0 = no limit
     Clock::time_point last_seen;
     nlohmann::json stats;
+    bool leaving = false;  // to be drained and shut down at the next boundary
   };
   struct TrainerMember {
     std::string host;
@@ -101,7 +125,18 @@ class Master {
     double examples = 0;
     double examples_per_s = 0;
   };
-
+  // A consistent cut a generation starts from: a checkpoint, or nothing
+  // (step 0: every row at its initial value, the dense model from its seed).
+  struct RestorePoint {
+    int64_t step = 0;
+    std::string dir;             // "" for step 0
+    nlohmann::json restore;      // the old shards, for CREATE_SHARDS; null for step 0
+    std::string trainer_state;   // trainer 0's state bytes; "" for step 0
+  };
+  struct StartWaiter {
+    int64_t after_generation = 0;  // answered by a generation newer than this
+    Responder responder;
+  };
   Master() = default;
   void Handle(Message&& m, Responder r);
   // The JSON handlers take the responder by reference: when one throws on a
@@ -110,30 +145,56 @@ class Master {
   void HandleHeartbeat(const nlohmann::json& body, Responder& r);
   void HandleWaitStart(const nlohmann::json& body, Responder& r);
   void HandleReportDone(const nlohmann::json& body, Responder& r);
+  void HandleCommand(const nlohmann::json& body, Responder& r);
   void HandleCheckpointBarrier(Message&& m, Responder r);
 
   // Checkpoints (master/master_checkpoint.cc).
-  // When every running trainer waits at the barrier: checkpoint if they all
-  // wait at one step, else send the behind ones on to the furthest step.
+  // When every running trainer waits at the barrier: checkpoint (and change
+  // the servers, when that is pending) if they all wait at one step.
   // REQUIRES: lock held (released while the checkpoint is written).
   Status ServeBarrier(std::unique_lock<std::mutex>* lock);
-  Status TakeCheckpoint(int64_t step, const std::string& trainer_state);
-  // Loads the newest complete checkpoint for --resume: checks the tables
-  // match and fills resume_*.
-  Status LoadResumePoint();
+  // Writes a checkpoint at `step`; its folder in *dir.
+  Status TakeCheckpoint(int64_t step, const std::string& trainer_state, std::string* dir);
+  // The checkpoint in `dir` (its manifest read), checked against this job.
+  StatusOr<RestorePoint> ReadRestorePoint(const std::string& dir, const nlohmann::json& manifest) const;
+  StatusOr<RestorePoint> ReadRestorePointUnchecked(const std::string& dir, const nlohmann::json& manifest) const;
+  // The newest complete checkpoint, or step 0 when there is none.
+  StatusOr<RestorePoint> NewestRestorePoint(bool required) const;
 
-  // The answer to WAIT_START: JSON, plus the trainer state when resuming.
-  Message StartReply(const Header& request) const;  // REQUIRES: mu_ held or start_info_ final
+  // Generations (master/master_generations.cc).
+  // Plans over `members` (member ids, in the order they get plan ranks),
+  // creates their shards restored from `from`, and lets the trainers start
+  // generation generation_ + 1 there. Servers of the old generation not in
+  // `members` that are alive and leaving are shut down.
+  Status StartGeneration(const std::vector<int>& members, const RestorePoint& from);
+  // A server of the running generation is lost: roll back and go on.
+  Status RecoverFromLostServer(int member, const Status& why);
+  // Whether a change of the servers waits for the next boundary: servers
+  // registered and not in the generation, or servers leaving.
+  bool ServerChangePending() const;  // REQUIRES: mu_ held
+  std::vector<int> NextServers() const;  // REQUIRES: mu_ held
+
+  // The answer to WAIT_START: JSON, plus the trainer state when starting
+  // from a checkpoint.
+  Message StartReply(const Header& request) const;  // REQUIRES: mu_ held
   Status WaitForMembers();
   Status StartJob();
   Status MonitorUntilDone();
-  // The first dead member found, as an error naming it. REQUIRES: mu_ held.
-  Status FindDeadMember(Clock::time_point now) const;
+  // The first dead member found, as an error naming it; *ps is its member
+  // id when it is a server of the running generation, else -1. Dead servers
+  // outside the generation are dropped. REQUIRES: mu_ held.
+  Status FindDeadMember(Clock::time_point now, int* ps);
+  std::string DescribeServer(int member) const;  // REQUIRES: mu_ held
   void PrintProgress();  // REQUIRES: mu_ held
   void AbortJob(const Status& reason);
   StatusOr<JobSummary> FinishJob();
-  nlohmann::json CallServer(int ps, Opcode op, const nlohmann::json& body, std::chrono::milliseconds timeout,
-                            Status* status);
+  // A call to server `member`; the body of its reply. When `watch`, the
+  // call also ends (UNAVAILABLE) as soon as the server misses its
+  // heartbeats for peer_timeout_ms: a server that dies during a long call
+  // (a snapshot) is named, not waited for until the deadline.
+  nlohmann::json CallServer(int member, Opcode op, const nlohmann::json& body, std::chrono::milliseconds timeout,
+                            Status* status, bool watch = false);
+  StatusOr<int> ServerPeer(int member);
   bool AbortRequested(Status* reason);
 
   MasterOptions options_;
@@ -141,7 +202,7 @@ class Master {
   std::string endpoint_;
   std::unique_ptr<RpcServer> server_;
   std::unique_ptr<RpcClient> client_;
-  std::vector<int> ps_peers_;
+  std::map<int, int> ps_peers_;  // member id -> RpcClient peer; monitor thread only
   KvStore store_;
   Clock::time_point started_at_;
 
@@ -149,31 +210,31 @@ class Master {
   std::condition_variable cv_;
   State state_ = State::kWaiting;                        // GUARDED_BY(mu_)
   Status abort_reason_;                                  // GUARDED_BY(mu_)
-  std::vector<PsMember> ps_;                             // GUARDED_BY(mu_)
+  std::map<int, PsMember> ps_;                           // GUARDED_BY(mu_): by member id
+  int next_ps_id_ = 0;                                   // GUARDED_BY(mu_)
+  std::vector<int> generation_ps_;                       // GUARDED_BY(mu_): member ids by plan rank
+  int64_t generation_ = 0;                               // GUARDED_BY(mu_): 0 before the start
+  int recoveries_ = 0;                                   // GUARDED_BY(mu_)
   std::vector<std::optional<TrainerMember>> trainers_;  // GUARDED_BY(mu_)
-  std::vector<Responder> start_waiters_;                 // GUARDED_BY(mu_)
+  std::vector<StartWaiter> start_waiters_;               // GUARDED_BY(mu_)
   nlohmann::json start_info_;                            // GUARDED_BY(mu_)
+  std::string start_state_;                              // GUARDED_BY(mu_): trainer state bytes
   std::optional<ShardingPlan> plan_;                     // GUARDED_BY(mu_)
   std::map<int64_t, Progress> progress_;                 // GUARDED_BY(mu_)
   std::string requested_abort_;                          // GUARDED_BY(mu_)
   std::string reported_failure_;                         // GUARDED_BY(mu_)
   Clock::time_point reported_failure_at_;                // GUARDED_BY(mu_)
+  nlohmann::json generations_ = nlohmann::json::array(); // GUARDED_BY(mu_): for the summary
 
-  struct Arrival {
-    int64_t step = 0;
-    Responder responder;
-  };
-  std::vector<std::optional<Arrival>> barrier_;         // GUARDED_BY(mu_): per trainer
+  StepBarrier<Responder> barrier_;                       // GUARDED_BY(mu_)
   std::string barrier_state_;                            // GUARDED_BY(mu_): trainer 0's
   // Requests are numbered; the barrier serves every request up to its own.
+  // A pending change of the servers is a request too (it goes through a
+  // checkpoint at the boundary).
   int64_t checkpoint_requested_id_ = 0;                  // GUARDED_BY(mu_)
   int64_t checkpoint_served_id_ = 0;                     // GUARDED_BY(mu_)
   nlohmann::json checkpoints_ = nlohmann::json::array(); // GUARDED_BY(mu_): taken this run
   int checkpoints_attempted_ = 0;  // by TakeCheckpoint only
-  // Set by LoadResumePoint.
-  int64_t resume_step_ = 0;
-  nlohmann::json resume_restore_;  // the old shards, for CREATE_SHARDS
-  std::string resume_state_;       // trainer state bytes
 };
 
 }  // namespace tessera

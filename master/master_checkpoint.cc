@@ -8,7 +8,6 @@
 // applied exactly the gradients of steps < s. Each server then snapshots its
 // shards, trainer 0's dense model and optimizer state go next to them, and
 // the manifest is written last: until it exists the checkpoint does not.
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -38,48 +37,85 @@ Status Master::RequestCheckpoint(const std::string& why) {
   return Status::OK();
 }
 
+Status Master::RequestRemoveServer(int member, const std::string& why) {
+  if (job_.checkpoint.dir.empty()) {
+    return Status::FailedPrecondition("the job has no checkpoint.dir: a server is removed through a checkpoint");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = ps_.find(member);
+    if (it == ps_.end()) return Status::NotFound("parameter server " + std::to_string(member) + " is not in the job");
+    if (state_ != State::kRunning && state_ != State::kRecovering) {
+      return Status::FailedPrecondition("the job is not running");
+    }
+    int staying = 0;
+    for (const auto& [id, p] : ps_) staying += id != member && !p.leaving;
+    if (staying == 0) {
+      return Status::FailedPrecondition("parameter server " + std::to_string(member) +
+                                        " is the job's last: nothing could hold its rows");
+    }
+    it->second.leaving = true;
+  }
+  LOG(INFO) << "parameter server " << member << " leaves the job at the next step boundary (" << why << ")";
+  cv_.notify_all();
+  return Status::OK();
+}
+
 Status Master::ServeBarrier(std::unique_lock<std::mutex>* lock) {
-  int64_t lo = INT64_MAX, hi = -1;
-  for (size_t r = 0; r < trainers_.size(); ++r) {
-    if (trainers_[r]->done) continue;
-    if (!barrier_[r]) return Status::OK();  // someone is still training
-    lo = std::min(lo, barrier_[r]->step);
-    hi = std::max(hi, barrier_[r]->step);
+  int64_t step = -1;
+  std::string why;
+  auto training = [this](int r) { return trainers_[r].has_value() && !trainers_[r]->done; };
+  switch (barrier_.Check(training, &step, &why)) {
+    case StepBarrier<Responder>::Outcome::kWaiting: return Status::OK();
+    // Arriving apart is a bug in the trainers' agreement; waiting would hang.
+    case StepBarrier<Responder>::Outcome::kMismatch: return Status::Internal(why);
+    case StepBarrier<Responder>::Outcome::kComplete: break;
   }
-  if (hi < 0) return Status::OK();
-  if (lo < hi) {
-    // Trainers decide where to stop together; arriving apart is a bug in
-    // that agreement, and waiting would hang the job.
-    return Status::Internal("trainers reached the checkpoint barrier at different steps (" + std::to_string(lo) +
-                            " and " + std::to_string(hi) + ")");
-  }
-  std::vector<Responder> waiting;
-  for (auto& a : barrier_) {
-    if (a) waiting.push_back(std::move(a->responder));
-    a.reset();
-  }
+  std::vector<Responder> waiting = barrier_.TakeAll();
   const std::string state = std::move(barrier_state_);
   barrier_state_.clear();
   const int64_t serving = checkpoint_requested_id_;
-  const bool periodic = job_.checkpoint.every_steps > 0 && hi % job_.checkpoint.every_steps == 0;
+  const bool periodic = job_.checkpoint.every_steps > 0 && step % job_.checkpoint.every_steps == 0;
+  const bool change = !job_.checkpoint.dir.empty() && ServerChangePending();
+  const std::vector<int> next = NextServers();
   Status st;
-  if (serving > checkpoint_served_id_ || periodic) {
+  bool restarted = false;
+  if (serving > checkpoint_served_id_ || periodic || change) {
     lock->unlock();
-    st = TakeCheckpoint(hi, state);
+    std::string dir;
+    st = TakeCheckpoint(step, state, &dir);
+    if (st.ok() && change) {
+      // The new servers start from this checkpoint: nothing is rolled back.
+      std::string found;
+      auto manifest = FindNewestCheckpoint(job_.checkpoint.dir, &found);
+      auto from = manifest.ok() ? ReadRestorePoint(found, *manifest) : StatusOr<RestorePoint>(manifest.status());
+      st = from.ok() ? StartGeneration(next, *from) : from.status();
+      restarted = st.ok();
+    }
     lock->lock();
     if (st.ok()) checkpoint_served_id_ = std::max(checkpoint_served_id_, serving);
   }
   for (Responder& r : waiting) {
     if (st.ok()) {
-      r.Reply(EncodeJsonReply(r.request_header(), json{{"action", "continue"}, {"served", checkpoint_served_id_}}));
+      r.Reply(EncodeJsonReply(r.request_header(), json{{"action", restarted ? "restart" : "continue"},
+                                                       {"served", checkpoint_served_id_},
+                                                       {"generation", generation_}}));
     } else {
       r.ReplyError(st);
+    }
+  }
+  if (!st.ok() && job_.runtime.recover_lost_servers) {
+    int dead = -1;
+    if (!FindDeadMember(Clock::now(), &dead).ok() && dead >= 0) {
+      // The monitor recovers from the lost server next; the trainers were told.
+      LOG(WARNING) << "checkpoint at step " << step << " failed: " << st;
+      return Status::OK();
     }
   }
   return st;
 }
 
-Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state) {
+Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state, std::string* dir_out) {
   const auto start = Clock::now();
   if (trainer_state.empty()) return Status::Internal("trainer 0 sent no state to the checkpoint barrier");
   const std::string root = job_.checkpoint.dir;
@@ -88,12 +124,20 @@ Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state) {
   std::filesystem::remove_all(dir, ec);  // an earlier attempt at this step, never completed
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::Unavailable("cannot create checkpoint folder " + dir + ": " + ec.message());
+  std::vector<int> members;
+  json plan_json;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    members = generation_ps_;
+    plan_json = plan_->ToJson();
+  }
   json shards = json::array();
-  for (int ps = 0; ps < static_cast<int>(ps_peers_.size()); ++ps) {
+  for (size_t rank = 0; rank < members.size(); ++rank) {
     Status st;
-    json reply = CallServer(ps, Opcode::kSnapshot, json{{"dir", dir + "/ps" + std::to_string(ps)}, {"step", step}},
-                            milliseconds(600000), &st);
-    if (!st.ok()) return st.WithContext("checkpoint of parameter server " + std::to_string(ps));
+    json reply = CallServer(members[rank], Opcode::kSnapshot,
+                            json{{"dir", dir + "/ps" + std::to_string(rank)}, {"step", step}}, milliseconds(600000),
+                            &st, /*watch=*/true);
+    if (!st.ok()) return st.WithContext("checkpoint of " + DescribeServer(members[rank]));
     for (const json& s : reply.value("shards", json::array())) shards.push_back(s);
   }
   {
@@ -102,14 +146,15 @@ Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state) {
     out.flush();
     if (!out) return Status::ResourceExhausted("cannot write " + dir + "/trainer.params (disk full?)");
   }
-  if (options_.crash_in_checkpoint > 0 && ++checkpoints_attempted_ == options_.crash_in_checkpoint) {
+  if (options_.crash_in_checkpoint > 0 && ++checkpoints_attempted_ == options_.crash_in_checkpoint &&
+      options_.crash_hook) {
     LOG(ERROR) << "crashing in the middle of checkpoint " << checkpoints_attempted_ << " (test fault injection)";
-    std::_Exit(9);
+    options_.crash_hook();
   }
   json manifest = {{"format", 1},
                    {"step", step},
                    {"job", job_.ToJson()},
-                   {"plan", plan_->ToJson()},
+                   {"plan", plan_json},
                    {"shards", shards},
                    {"trainer_state", "trainer.params"}};
   TESSERA_RETURN_IF_ERROR(WriteManifest(dir, manifest));
@@ -117,15 +162,35 @@ Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::cout << "[master] checkpoint at step " << step << " complete in " << dir << " (" << seconds << " s)"
             << std::endl;
+  *dir_out = dir;
   std::lock_guard<std::mutex> lock(mu_);
   checkpoints_.push_back({{"step", step}, {"dir", dir}, {"seconds", seconds}});
   return Status::OK();
 }
 
-Status Master::LoadResumePoint() {
-  if (job_.checkpoint.dir.empty()) return Status::InvalidArgument("--resume needs checkpoint.dir in the job config");
+StatusOr<Master::RestorePoint> Master::NewestRestorePoint(bool required) const {
+  if (job_.checkpoint.dir.empty()) {
+    if (required) return Status::InvalidArgument("--resume needs checkpoint.dir in the job config");
+    return RestorePoint{};
+  }
   std::string dir;
-  TESSERA_ASSIGN_OR_RETURN(json manifest, FindNewestCheckpoint(job_.checkpoint.dir, &dir));
+  auto manifest = FindNewestCheckpoint(job_.checkpoint.dir, &dir);
+  if (!manifest.ok()) {
+    if (!required && manifest.status().code() == StatusCode::kNotFound) return RestorePoint{};
+    return manifest.status();
+  }
+  return ReadRestorePoint(dir, *manifest);
+}
+
+StatusOr<Master::RestorePoint> Master::ReadRestorePoint(const std::string& dir, const json& manifest) const {
+  try {
+    return ReadRestorePointUnchecked(dir, manifest);
+  } catch (const json::exception& e) {
+    return Status::DataLoss("checkpoint " + dir + ": malformed manifest: " + e.what());
+  }
+}
+
+StatusOr<Master::RestorePoint> Master::ReadRestorePointUnchecked(const std::string& dir, const json& manifest) const {
   auto old_job = ParseJobConfigJson(manifest.at("job"), "");
   if (!old_job.ok()) return old_job.status().WithContext("checkpoint " + dir);
   auto old_plan = ShardingPlan::FromJson(manifest.at("plan"));
@@ -159,11 +224,12 @@ Status Master::LoadResumePoint() {
   if (!in) return Status::DataLoss("checkpoint " + dir + " has no trainer state");
   std::stringstream ss;
   ss << in.rdbuf();
-  resume_state_ = ss.str();
-  resume_step_ = manifest.at("step").get<int64_t>();
-  resume_restore_ = {{"step", resume_step_}, {"shards", restore}};
-  std::cout << "[master] resuming from " << dir << " at step " << resume_step_ << std::endl;
-  return Status::OK();
+  RestorePoint point;
+  point.dir = dir;
+  point.trainer_state = ss.str();
+  point.step = manifest.at("step").get<int64_t>();
+  point.restore = {{"step", point.step}, {"shards", restore}};
+  return point;
 }
 
 }  // namespace tessera

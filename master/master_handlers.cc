@@ -37,20 +37,7 @@ void Master::Handle(Message&& m, Responder r) {
   }
   try {
     switch (op) {
-      case Opcode::kCommand: {
-        const std::string command = body->value("command", "");
-        if (command != "checkpoint") {
-          r.ReplyError(Status::InvalidArgument("unknown command '" + command + "' (known: checkpoint)"));
-          return;
-        }
-        Status st = RequestCheckpoint("requested by a COMMAND");
-        if (st.ok()) {
-          r.ReplyOk();
-        } else {
-          r.ReplyError(st);
-        }
-        return;
-      }
+      case Opcode::kCommand: HandleCommand(*body, r); return;
       case Opcode::kRegister: HandleRegister(*body, r); return;
       case Opcode::kHeartbeat: HandleHeartbeat(*body, r); return;
       case Opcode::kWaitStart: HandleWaitStart(*body, r); return;
@@ -68,15 +55,22 @@ void Master::Handle(Message&& m, Responder r) {
 void Master::HandleRegister(const json& body, Responder& r) {
   const std::string role = body.at("role").get<std::string>();
   std::lock_guard<std::mutex> lock(mu_);
-  if (state_ != State::kWaiting) {
-    r.ReplyError(Status::FailedPrecondition("the job has already started; late members cannot join it"));
+  if (state_ == State::kDone || state_ == State::kAborted) {
+    r.ReplyError(Status::FailedPrecondition("the job has ended"));
     return;
   }
   json reply = {{"heartbeat_ms", job_.runtime.heartbeat_ms}, {"peer_timeout_ms", job_.runtime.peer_timeout_ms}};
   if (role == "ps") {
-    if (static_cast<int>(ps_.size()) >= job_.cluster.num_ps) {
+    const bool started = state_ != State::kWaiting;
+    if (!started && static_cast<int>(ps_.size()) >= job_.cluster.num_ps) {
       r.ReplyError(Status::FailedPrecondition("the job needs only " + std::to_string(job_.cluster.num_ps) +
                                               " parameter server(s), all registered"));
+      return;
+    }
+    if (started && job_.checkpoint.dir.empty()) {
+      // A server joins at a step boundary through a checkpoint.
+      r.ReplyError(Status::FailedPrecondition(
+          "the job is running and has no checkpoint.dir: servers can join a running job only through a checkpoint"));
       return;
     }
     PsMember m;
@@ -85,11 +79,16 @@ void Master::HandleRegister(const json& body, Responder& r) {
     m.memory_bytes = body.value("memory_bytes", int64_t{0});
     m.pid = body.value("pid", int64_t{0});
     m.last_seen = Clock::now();
-    reply["rank"] = static_cast<int>(ps_.size());
-    LOG(INFO) << "parameter server " << ps_.size() << " registered: " << m.endpoint << " (host " << m.host << ", pid "
-              << m.pid << ")";
-    ps_.push_back(std::move(m));
+    const int id = next_ps_id_++;
+    reply["rank"] = id;
+    LOG(INFO) << "parameter server " << id << " registered: " << m.endpoint << " (host " << m.host << ", pid " << m.pid
+              << ")" << (started ? "; it joins the running job at the next step boundary" : "");
+    ps_[id] = std::move(m);
   } else if (role == "trainer") {
+    if (state_ != State::kWaiting) {
+      r.ReplyError(Status::FailedPrecondition("the job has already started; late trainers cannot join it"));
+      return;
+    }
     const int rank = body.at("rank").get<int>();
     const int world = body.at("world").get<int>();
     if (world != job_.cluster.num_trainers || rank < 0 || rank >= world) {
@@ -131,7 +130,9 @@ void Master::HandleHeartbeat(const json& body, Responder& r) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = Clock::now();
-  if (role == "ps" && rank >= 0 && rank < static_cast<int>(ps_.size())) {
+  if (role == "ps" && ps_.count(rank) > 0) {
+    // A server the master dropped (it was silent too long) is not found
+    // here: its heartbeat is refused and it stops.
     ps_[rank].last_seen = now;
     if (body.contains("stats")) ps_[rank].stats = body["stats"];
   } else if (role == "trainer" && rank >= 0 && rank < static_cast<int>(trainers_.size()) && trainers_[rank]) {
@@ -148,11 +149,13 @@ void Master::HandleHeartbeat(const json& body, Responder& r) {
     r.ReplyError(Status::NotFound(role + " " + std::to_string(rank) + " is not a member of this job"));
     return;
   }
-  const char* state = state_ == State::kAborted ? "aborted"
-                      : state_ == State::kDone  ? "done"
-                      : state_ == State::kRunning ? "running"
-                                                  : "waiting";
-  json reply = {{"state", state}};
+  const char* state = state_ == State::kAborted      ? "aborted"
+                      : state_ == State::kDone       ? "done"
+                      : state_ == State::kRunning    ? "running"
+                      : state_ == State::kRecovering ? "recovering"
+                                                     : "waiting";
+  // Trainers of an older generation drop their step and wait for this one.
+  json reply = {{"state", state}, {"generation", generation_}};
   if (state_ == State::kAborted) reply["reason"] = abort_reason_.message();
   if (checkpoint_requested_id_ > checkpoint_served_id_) reply["checkpoint"] = checkpoint_requested_id_;
   r.Reply(EncodeJsonReply(r.request_header(), reply));
@@ -160,6 +163,8 @@ void Master::HandleHeartbeat(const json& body, Responder& r) {
 
 void Master::HandleWaitStart(const json& body, Responder& r) {
   const int rank = body.at("rank").get<int>();
+  // The generation the trainer ran last (0: none): it waits for a newer one.
+  const int64_t after = body.value("generation", int64_t{0});
   std::lock_guard<std::mutex> lock(mu_);
   if (rank < 0 || rank >= static_cast<int>(trainers_.size()) || !trainers_[rank]) {
     r.ReplyError(Status::NotFound("trainer " + std::to_string(rank) + " has not registered"));
@@ -167,10 +172,27 @@ void Master::HandleWaitStart(const json& body, Responder& r) {
   }
   if (state_ == State::kAborted) {
     r.ReplyError(abort_reason_);
-  } else if (state_ == State::kRunning) {
+  } else if (state_ == State::kRunning && generation_ > after) {
     r.Reply(StartReply(r.request_header()));
   } else {
-    start_waiters_.push_back(std::move(r));
+    start_waiters_.push_back(StartWaiter{after, std::move(r)});
+  }
+}
+
+void Master::HandleCommand(const json& body, Responder& r) {
+  const std::string command = body.at("command").get<std::string>();
+  Status st;
+  if (command == "checkpoint") {
+    st = RequestCheckpoint("requested by a COMMAND");
+  } else if (command == "remove_ps") {
+    st = RequestRemoveServer(body.at("ps").get<int>(), body.value("why", std::string("requested by a COMMAND")));
+  } else {
+    st = Status::InvalidArgument("unknown command '" + command + "' (known: checkpoint, remove_ps)");
+  }
+  if (st.ok()) {
+    r.ReplyOk();
+  } else {
+    r.ReplyError(st);
   }
 }
 
@@ -221,9 +243,15 @@ void Master::HandleCheckpointBarrier(Message&& m, Responder r) {
       r.ReplyError(Status::InvalidArgument("checkpoint barrier from an unknown trainer or step"));
       return;
     }
+    const int64_t generation = body->value("generation", generation_);
+    if (state_ != State::kRunning || generation != generation_) {
+      // The trainer's generation is over (a server was lost): it starts over.
+      r.ReplyError(Status::Cancelled("the job's servers changed (generation " + std::to_string(generation_) + ")"));
+      return;
+    }
     if (m.frames.size() == 2) barrier_state_ = m.frames[1].to_string();
     trainers_[rank]->last_seen = Clock::now();
-    barrier_[rank] = Arrival{step, std::move(r)};
+    barrier_.Arrive(rank, step, std::move(r));
   }
   cv_.notify_all();
 }

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -28,7 +29,9 @@ DEFINE_string(dump_dir, "", "At the end, servers dump shards and trainer 0 its d
 DEFINE_string(summary_file, "", "Write the job summary (JSON) here");
 DEFINE_bool(print_plan, false, "Print the sharding plan for --num_ps servers and exit");
 DEFINE_bool(resume, false, "Start from the newest complete checkpoint under the config's checkpoint.dir");
-DEFINE_string(control, "", "Send a command to a running master (--master) and exit: checkpoint");
+DEFINE_string(control, "",
+              "Send a command to a running master (--master) and exit: checkpoint, or remove_ps ID (drain "
+              "parameter server ID to the others and shut it down)");
 DEFINE_string(master, "", "With --control: the running master's address");
 DEFINE_int32(test_crash_in_checkpoint, 0, "Fault injection for tests: die in the middle of the Nth checkpoint");
 DEFINE_int64(ps_memory_bytes, 0, "With --print_plan: each server's budget for embedding rows (0: no limit)");
@@ -85,7 +88,17 @@ int main(int argc, char** argv) {
       LOG(ERROR) << "cannot reach the master: " << peer.status();
       return 1;
     }
-    auto reply = (*client)->CallSync(*peer, tessera::EncodeJson(tessera::Opcode::kCommand, {{"command", FLAGS_control}}),
+    nlohmann::json command = {{"command", FLAGS_control}};
+    if (FLAGS_control == "remove_ps") {
+      char* end = nullptr;
+      const long id = argc == 2 ? std::strtol(argv[1], &end, 10) : -1;
+      if (argc != 2 || end == argv[1] || *end != '\0' || id < 0) {
+        LOG(ERROR) << "--control remove_ps takes the server's id: tessera_master --control remove_ps ID --master ADDR";
+        return 1;
+      }
+      command["ps"] = id;
+    }
+    auto reply = (*client)->CallSync(*peer, tessera::EncodeJson(tessera::Opcode::kCommand, command),
                                      std::chrono::milliseconds(10000));
     if (!reply.ok()) {
       LOG(ERROR) << FLAGS_control << ": " << reply.status();
@@ -145,6 +158,10 @@ int main(int argc, char** argv) {
   options.dump_dir = FLAGS_dump_dir;
   options.resume = FLAGS_resume;
   options.crash_in_checkpoint = FLAGS_test_crash_in_checkpoint;
+  options.crash_hook = [] {
+    google::FlushLogFiles(google::GLOG_INFO);
+    std::_Exit(9);
+  };
   auto master = tessera::Master::Start(options, *job);
   if (!master.ok()) {
     LOG(ERROR) << "master failed to start: " << master.status();

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/endpoint.h"
+#include "common/master_registration.h"
 #include "common/messages.h"
 
 namespace tessera {
@@ -46,27 +47,25 @@ Status ParameterServer::Register() {
                {"host", options_.host_group.empty() ? std::string(host) : options_.host_group},
                {"memory_bytes", options_.memory_bytes},
                {"pid", static_cast<int64_t>(getpid())}};
-  const auto give_up = std::chrono::steady_clock::now() + milliseconds(options_.register_timeout_ms);
-  Status last;
-  while (std::chrono::steady_clock::now() < give_up) {
-    auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kRegister, body), milliseconds(2000));
-    if (reply.ok()) {
-      auto j = DecodeJson(*reply);
-      if (!j.ok()) return j.status();
-      rank_ = j->value("rank", -1);
-      heartbeat_ms_ = j->value("heartbeat_ms", heartbeat_ms_);
-      peer_timeout_ms_ = j->value("peer_timeout_ms", peer_timeout_ms_);
-      service_->set_rank(rank_);
-      LOG(INFO) << "registered with the master " << options_.master << " as ps " << rank_ << " (" << endpoint_
-                << ")";
-      return Status::OK();
-    }
-    last = reply.status();
-    if (last.code() != StatusCode::kDeadlineExceeded && last.code() != StatusCode::kUnavailable) {
-      return last.WithContext("registering with the master");
-    }
-  }
-  return Status::Unavailable("could not reach the master at " + options_.master + ": " + last.ToString());
+  TESSERA_ASSIGN_OR_RETURN(json j, RegisterWithMaster(client_.get(), master_peer_, options_.master, body,
+                                                      milliseconds(options_.register_timeout_ms)));
+  rank_ = j.value("rank", -1);
+  heartbeat_ms_ = j.value("heartbeat_ms", heartbeat_ms_);
+  peer_timeout_ms_ = j.value("peer_timeout_ms", peer_timeout_ms_);
+  service_->set_rank(rank_);
+  LOG(INFO) << "registered with the master " << options_.master << " as ps " << rank_ << " (" << endpoint_ << ")";
+  return Status::OK();
+}
+
+Status ParameterServer::Leave() {
+  json body = {{"command", "remove_ps"}, {"ps", rank_}, {"why", "the server was asked to stop"}};
+  auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kCommand, body), milliseconds(10000));
+  return reply.status();
+}
+
+void ParameterServer::Stop(const Status& why) {
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  if (stop_reason_.ok()) stop_reason_ = why.ok() ? Status::Cancelled("stopped") : why;
 }
 
 Status ParameterServer::Run() {
@@ -76,6 +75,13 @@ Status ParameterServer::Run() {
     if (service_->WaitForShutdown(milliseconds(heartbeat_ms_))) {
       LOG(INFO) << "ps " << rank_ << ": shutdown requested by the master";
       return Status::OK();
+    }
+    {
+      std::lock_guard<std::mutex> lock(stop_mu_);
+      if (!stop_reason_.ok()) {
+        service_->Abort(stop_reason_);
+        return stop_reason_;
+      }
     }
     json body = {{"role", "ps"}, {"rank", rank_}, {"stats", service_->Stats()}};
     auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kHeartbeat, body), milliseconds(heartbeat_ms_ * 2));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "common/rpc_client.h"
@@ -45,6 +46,12 @@ class ParameterServer {
   // job is aborted (ABORTED), or the master is unreachable (UNAVAILABLE).
   Status Run();
 
+  // Asks the master to drain this server's rows to the others and shut it
+  // down (SIGTERM). Thread-safe. On error nothing changes; Stop() ends it.
+  Status Leave();
+  // Makes Run() return `why` at its next heartbeat. Thread-safe.
+  void Stop(const Status& why);
+
   const std::string& endpoint() const { return endpoint_; }
   int rank() const { return rank_; }
 
@@ -61,6 +68,8 @@ class ParameterServer {
   int rank_ = -1;
   int64_t heartbeat_ms_ = 500;
   int64_t peer_timeout_ms_ = 10000;
+  std::mutex stop_mu_;
+  Status stop_reason_;  // GUARDED_BY(stop_mu_): OK while running
 };
 
 }  // namespace tessera

@@ -1,5 +1,11 @@
 // tessera_ps: a parameter server. Registers with the master, then holds the
 // embedding shards the master's plan gives it until the job ends.
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
@@ -31,6 +37,13 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  // Blocked before any thread starts, so that every thread inherits it and
+  // only the watcher below takes them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   auto device = tessera::kernels::ChooseDevice(FLAGS_device, "parameter server");
   if (!device.ok()) {
@@ -59,7 +72,33 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "parameter server failed to start: " << ps.status();
     return 1;
   }
+  // SIGTERM (or SIGINT) drains this server's rows to the others through the
+  // master; the master then shuts it down and it exits 0. Where the master
+  // cannot (the last server, no checkpoint.dir) it stops at once, exit 1.
+  std::atomic<bool> done{false};
+  tessera::ParameterServer* server = ps->get();
+  std::thread watcher([&done, server, set] {
+    timespec tick{0, 100 * 1000 * 1000};
+    bool asked = false;
+    while (!done) {
+      const int sig = sigtimedwait(&set, nullptr, &tick);
+      if (sig <= 0) continue;
+      if (asked) {
+        server->Stop(tessera::Status::Cancelled(std::string("a second ") + strsignal(sig) + " while draining"));
+        continue;
+      }
+      asked = true;
+      LOG(INFO) << strsignal(sig) << ": asking the master to drain this server";
+      tessera::Status st = server->Leave();
+      if (!st.ok()) {
+        LOG(ERROR) << "the master cannot drain this server: " << st;
+        server->Stop(st.WithContext(std::string("stopping on ") + strsignal(sig) + " without draining"));
+      }
+    }
+  });
   tessera::Status st = (*ps)->Run();
+  done = true;
+  watcher.join();
   if (st.code() == tessera::StatusCode::kAborted) {
     LOG(ERROR) << "job aborted: " << st.message();
     return 2;

@@ -381,7 +381,16 @@ void PsService::HandlePush(Message&& m, Responder r) {
 
   // Async: this push's gradients. Sync: none until the step's last push,
   // then every trainer's, in rank order.
-  StatusOr<std::vector<std::vector<EntryGrads>>> ready = gate_.OnPush(trainer, step, std::move(grads));
+  StatusOr<std::vector<std::vector<EntryGrads>>> ready = [&]() -> StatusOr<std::vector<std::vector<EntryGrads>>> {
+    // New shards may have replaced the ones this push was computed against
+    // (the job's servers changed): it must not count in the new plan's steps.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (push.source.header.plan_version != plan_version_) {
+      return Status::PlanChanged("the plan changed to version " + std::to_string(plan_version_) +
+                                 " while the push was computed");
+    }
+    return gate_.OnPush(trainer, step, std::move(grads));
+  }();
   if (!ready.ok()) {
     r.ReplyError(ready.status());
     return;

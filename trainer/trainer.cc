@@ -9,6 +9,7 @@
 
 #include <glog/logging.h>
 
+#include "common/master_registration.h"
 #include "common/messages.h"
 #include "common/param_file.h"
 #include "common/sharding_plan.h"
@@ -75,32 +76,56 @@ Status Trainer::Register() {
                {"world", options_.world},
                {"host", host},
                {"pid", static_cast<int64_t>(getpid())}};
-  const auto give_up = std::chrono::steady_clock::now() + milliseconds(options_.register_timeout_ms);
-  Status last;
-  while (std::chrono::steady_clock::now() < give_up) {
-    auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kRegister, body), milliseconds(2000));
-    if (reply.ok()) {
-      TESSERA_ASSIGN_OR_RETURN(json j, DecodeJson(*reply));
-      heartbeat_ms_ = j.value("heartbeat_ms", heartbeat_ms_);
-      peer_timeout_ms_ = j.value("peer_timeout_ms", peer_timeout_ms_);
-      LOG(INFO) << "trainer " << options_.rank << "/" << options_.world << " registered with " << options_.master;
-      return Status::OK();
-    }
-    last = reply.status();
-    if (last.code() != StatusCode::kDeadlineExceeded) return last.WithContext("registering with the master");
-  }
-  return Status::Unavailable("could not reach the master at " + options_.master + ": " + last.ToString());
+  TESSERA_ASSIGN_OR_RETURN(json j, RegisterWithMaster(client_.get(), master_peer_, options_.master, body,
+                                                      milliseconds(options_.register_timeout_ms)));
+  heartbeat_ms_ = j.value("heartbeat_ms", heartbeat_ms_);
+  peer_timeout_ms_ = j.value("peer_timeout_ms", peer_timeout_ms_);
+  LOG(INFO) << "trainer " << options_.rank << "/" << options_.world << " registered with " << options_.master;
+  return Status::OK();
 }
 
-StatusOr<json> Trainer::WaitStart() {
-  // The master answers once every member has registered and the shards exist.
-  auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kWaitStart, json{{"rank", options_.rank}}),
-                                 milliseconds(24LL * 3600 * 1000));
+StatusOr<json> Trainer::WaitStart(int64_t after) {
+  // The master answers once every member has registered and the shards exist
+  // (or, after a change of the servers, once the new ones hold their rows).
+  auto reply = client_->CallSync(
+      master_peer_, EncodeJson(Opcode::kWaitStart, json{{"rank", options_.rank}, {"generation", after}}),
+      milliseconds(24LL * 3600 * 1000));
   if (!reply.ok()) return reply.status().WithContext("waiting for the job to start");
   TESSERA_ASSIGN_OR_RETURN(json start, DecodeJsonFrame(*reply, 0));
-  // A resumed job: the checkpoint's trainer state follows the JSON.
+  // Starting from a checkpoint: its trainer state follows the JSON.
   if (reply->frames.size() == 2) start["state_bytes"] = reply->frames[1].to_string();
   return start;
+}
+
+StatusOr<int> Trainer::ServerPeer(const std::string& endpoint) {
+  auto it = server_peers_.find(endpoint);
+  if (it != server_peers_.end()) return it->second;
+  TESSERA_ASSIGN_OR_RETURN(int peer, client_->Connect(endpoint));
+  server_peers_[endpoint] = peer;
+  return peer;
+}
+
+void Trainer::CancelServerCalls(const Status& why) {
+  std::vector<int> peers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    peers = generation_peers_;
+  }
+  for (int peer : peers) client_->CancelCalls(peer, why);
+}
+
+bool Trainer::AwaitNewGeneration(int64_t generation) {
+  // The master notices a lost server within its peer timeout.
+  const auto give_up = std::chrono::steady_clock::now() + milliseconds(peer_timeout_ms_ + 4 * heartbeat_ms_);
+  while (std::chrono::steady_clock::now() < give_up) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!fatal_.ok()) return false;
+    }
+    if (master_generation_.load() > generation) return true;
+    std::this_thread::sleep_for(milliseconds(std::min<int64_t>(heartbeat_ms_, 50)));
+  }
+  return false;
 }
 
 void Trainer::SendProgress(const json& progress) {
@@ -123,32 +148,46 @@ void Trainer::HeartbeatLoop() {
     lock.unlock();
     auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kHeartbeat, body), milliseconds(heartbeat_ms_ * 2));
     const auto now = std::chrono::steady_clock::now();
-    std::string fatal;
+    Status fatal;
     if (reply.ok()) {
       last_contact = now;
       auto j = DecodeJson(*reply);
       if (j.ok() && j->value("state", "") == "aborted") {
-        fatal = "the master aborted the job: " + j->value("reason", std::string("(no reason given)"));
+        fatal = Status::Aborted("the master aborted the job: " + j->value("reason", std::string("(no reason given)")));
       }
       if (j.ok() && j->contains("checkpoint")) {
         checkpoint_requested_id_ = std::max<int64_t>(checkpoint_requested_id_, (*j)["checkpoint"].get<int64_t>());
         checkpoint_requested_ = checkpoint_requested_id_.load() > checkpoint_served_id_.load();
       }
+      const int64_t generation = j.ok() ? j->value("generation", int64_t{0}) : 0;
+      if (generation > master_generation_.load()) {
+        master_generation_ = generation;
+        const int64_t running = running_generation_.load();
+        if (running > 0 && generation > running) {
+          // A server was lost: this step's requests may never be answered.
+          LOG(WARNING) << "trainer " << options_.rank << ": the job moved to generation " << generation
+                       << "; dropping the step in flight";
+          stop_training_ = true;
+          CancelServerCalls(Status::Cancelled("the job's servers changed (generation " + std::to_string(generation) +
+                                              ")"));
+        }
+      }
     } else if (reply.status().code() != StatusCode::kDeadlineExceeded) {
-      fatal = "the master rejected a heartbeat: " + reply.status().ToString();
+      fatal = Status::Aborted("the master rejected a heartbeat: " + reply.status().ToString());
     } else if (now - last_contact > milliseconds(peer_timeout_ms_)) {
-      fatal = "lost contact with the master " + options_.master + " for over " + std::to_string(peer_timeout_ms_) +
-              " ms";
+      fatal = Status::Unavailable("lost contact with the master " + options_.master + " for over " +
+                                  std::to_string(peer_timeout_ms_) + " ms");
     }
-    if (!fatal.empty()) {
-      // The main thread may be blocked on a dead peer (an allreduce, a sync
-      // lookup): give it a moment to stop by itself, then end the process.
+    if (!fatal.ok()) {
       LOG(ERROR) << "trainer " << options_.rank << ": " << fatal;
+      {
+        std::lock_guard<std::mutex> fatal_lock(mu_);
+        fatal_ = fatal;
+      }
       stop_training_ = true;
-      std::this_thread::sleep_for(milliseconds(2 * heartbeat_ms_));
-      LOG(ERROR) << "trainer " << options_.rank << ": exiting";
-      google::FlushLogFiles(google::GLOG_INFO);
-      std::_Exit(2);
+      CancelServerCalls(fatal);
+      if (options_.on_fatal) options_.on_fatal(fatal);
+      return;
     }
     lock.lock();
   }
@@ -159,9 +198,14 @@ Status Trainer::Train(const json& start, json* report) {
   TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::FromJson(start.at("plan")));
   std::vector<int> ps_peers;
   for (const auto& e : start.at("ps_endpoints")) {
-    TESSERA_ASSIGN_OR_RETURN(int peer, client_->Connect(e.get<std::string>()));
+    TESSERA_ASSIGN_OR_RETURN(int peer, ServerPeer(e.get<std::string>()));
     ps_peers.push_back(peer);
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_peers_ = ps_peers;
+  }
+  const int64_t generation = running_generation_.load();
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, OpenTrainingData(job));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> eval_data, OpenEvalData(job));
 
@@ -216,12 +260,16 @@ Status Trainer::Train(const json& start, json* report) {
   lo.rank = options_.rank;
   lo.world = options_.world;
   lo.metrics_file = options_.metrics_file;
+  // A later generation goes on with the same file: replayed steps appear again.
+  lo.append_metrics = generation > 1;
+  lo.generation = generation;
   lo.stop = &stop_training_;
   lo.start_step = start_step;
   lo.checkpoint_every = job.checkpoint.dir.empty() ? 0 : job.checkpoint.every_steps;
   if (!job.checkpoint.dir.empty()) lo.checkpoint_requested = &checkpoint_requested_;
   lo.barrier = [&](int64_t step) -> Status {
-    Message m = EncodeJson(Opcode::kCheckpointBarrier, json{{"rank", options_.rank}, {"step", step}});
+    Message m = EncodeJson(Opcode::kCheckpointBarrier,
+                           json{{"rank", options_.rank}, {"step", step}, {"generation", generation}});
     if (options_.rank == 0) {
       TESSERA_ASSIGN_OR_RETURN(std::string bytes, save_state());
       m.AddString(bytes);
@@ -232,6 +280,14 @@ Status Trainer::Train(const json& start, json* report) {
     TESSERA_ASSIGN_OR_RETURN(json j, DecodeJson(*reply));
     checkpoint_served_id_ = std::max<int64_t>(checkpoint_served_id_, j.value("served", int64_t{0}));
     checkpoint_requested_ = checkpoint_requested_id_.load() > checkpoint_served_id_.load();
+    if (j.value("action", "") == "restart") {
+      // The servers changed at this boundary; the next generation starts here.
+      const int64_t next = j.value("generation", generation + 1);
+      int64_t seen = master_generation_.load();
+      while (seen < next && !master_generation_.compare_exchange_weak(seen, next)) {
+      }
+      return Status::Cancelled("the job's servers change at step " + std::to_string(step));
+    }
     return Status::OK();
   };
   lo.on_progress = [this](const json& p) {
@@ -283,7 +339,7 @@ StatusOr<std::unique_ptr<Collective>> Trainer::OpenCollective(const JobConfig& j
     no.rank = options_.rank;
     no.world = options_.world;
     no.device = options_.device;
-    no.prefix = "nccl/" + job.name;
+    no.prefix = "nccl/" + job.name + "/g" + std::to_string(running_generation_.load());
     no.timeout = milliseconds(job.runtime.collective_timeout_ms);
     return NewNcclCollective(no, store_.get());
   }
@@ -302,7 +358,9 @@ StatusOr<std::unique_ptr<Collective>> Trainer::OpenGlooCollective(const JobConfi
   go.rank = options_.rank;
   go.world = options_.world;
   go.host = options_.host;
-  go.prefix = "gloo/" + job.name;
+  // Each generation meets under its own keys: a rebuilt collective never
+  // reads the addresses of the one it replaces.
+  go.prefix = "gloo/" + job.name + "/g" + std::to_string(running_generation_.load());
   go.timeout = milliseconds(job.runtime.collective_timeout_ms);
   return NewGlooCollective(go, store_.get());
 }
@@ -319,7 +377,7 @@ StatusOr<std::string> Trainer::WhyNotNccl(const JobConfig& job) {
     TESSERA_ASSIGN_OR_RETURN(const std::string bus, kernels::DevicePciBusId(options_.device));
     mine = std::string(host) + "/" + bus;
   }
-  const std::string prefix = "devices/" + job.name + "/";
+  const std::string prefix = "devices/" + job.name + "/g" + std::to_string(running_generation_.load()) + "/";
   const milliseconds timeout(job.runtime.collective_timeout_ms);
   TESSERA_RETURN_IF_ERROR(store_->Set(prefix + std::to_string(options_.rank), mine));
   std::set<std::string> seen;
@@ -343,8 +401,33 @@ Status Trainer::Run() {
   heartbeat_ = std::thread(&Trainer::HeartbeatLoop, this);
   json report;
   Status st;
-  auto start = WaitStart();
-  st = start.ok() ? Train(*start, &report) : start.status();
+  int64_t generation = 0;
+  for (;;) {
+    auto start = WaitStart(generation);
+    if (!start.ok()) {
+      st = start.status();
+      break;
+    }
+    generation = start->value("generation", generation + 1);
+    running_generation_ = generation;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!fatal_.ok()) {
+        st = fatal_;
+        break;
+      }
+      stop_training_ = false;
+    }
+    report = json::object();
+    st = Train(*start, &report);
+    if (st.ok() || !AwaitNewGeneration(generation)) break;
+    LOG(WARNING) << "trainer " << options_.rank << ": generation " << generation << " ended (" << st
+                 << "); joining the next";
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!fatal_.ok()) st = fatal_;
+  }
   report["rank"] = options_.rank;
   report["ok"] = st.ok();
   if (!st.ok()) report["error"] = st.ToString();

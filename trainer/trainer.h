@@ -7,10 +7,13 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -36,6 +39,11 @@ struct TrainerOptions {
   // The embeddings travel the same way on both.
   int device = -1;
   int64_t register_timeout_ms = 120000;
+  // Called (once, from the heartbeat thread) when the job is over for this
+  // trainer whatever it is doing — the master aborted it or is gone. Run()
+  // returns that status as soon as its thread is free; main() may end the
+  // process here instead, should that thread be stuck with a dead peer.
+  std::function<void(const Status&)> on_fatal;
 };
 
 class Trainer {
@@ -51,8 +59,17 @@ class Trainer {
  private:
   Trainer() = default;
   Status Register();
-  StatusOr<nlohmann::json> WaitStart();
+  // The start of the first generation newer than `after` (0: the job's start).
+  StatusOr<nlohmann::json> WaitStart(int64_t after);
+  // Trains one generation: to the job's end (OK), or until it is replaced
+  // (an error; the master's generation has moved on) or fails.
   Status Train(const nlohmann::json& start, nlohmann::json* report);
+  // After Train failed in `generation`: whether the master starts a newer
+  // one (it may first have to notice a lost server: up to a peer timeout).
+  bool AwaitNewGeneration(int64_t generation);
+  // Ends the calls in flight to the servers of the running generation.
+  void CancelServerCalls(const Status& why);
+  StatusOr<int> ServerPeer(const std::string& endpoint);
   // Local for a world of one, NCCL between GPU trainers, Gloo between CPU ones.
   // NCCL where every trainer has a GPU of its own; otherwise Gloo, through
   // host memory (GPU trainers stage their gradients there).
@@ -76,6 +93,12 @@ class Trainer {
   bool stop_heartbeat_ = false;          // GUARDED_BY(mu_)
   nlohmann::json pending_progress_;      // GUARDED_BY(mu_)
   std::atomic<bool> stop_training_{false};
+  // The master's generation (from heartbeats and barriers) and the one this
+  // trainer runs; when the first passes the second, the step is dropped.
+  std::atomic<int64_t> master_generation_{0}, running_generation_{0};
+  std::map<std::string, int> server_peers_;  // endpoint -> peer; main thread
+  std::vector<int> generation_peers_;        // GUARDED_BY(mu_)
+  Status fatal_;                             // GUARDED_BY(mu_)
   // Checkpoint requests: the master's newest request id (from heartbeats) and
   // the newest one a barrier served.
   std::atomic<int64_t> checkpoint_requested_id_{0}, checkpoint_served_id_{0};

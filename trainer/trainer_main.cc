@@ -1,5 +1,9 @@
 // tessera_trainer: one trainer. Registers with the master, trains its share
 // of every global batch, reports. Exit code 0 when the job finished.
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
@@ -36,12 +40,28 @@ int main(int argc, char** argv) {
   options.blas_threads = FLAGS_blas_threads;
   options.device = *device;
   options.register_timeout_ms = FLAGS_register_timeout_ms;
+  // The job is over for this trainer: Run() returns once its thread is free;
+  // should that thread be stuck with a dead peer (a collective has no way to
+  // be interrupted), the process ends anyway after a grace period.
+  options.on_fatal = [](const tessera::Status& why) {
+    const int code = why.code() == tessera::StatusCode::kAborted ? 2 : 1;
+    std::thread([code] {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      LOG(ERROR) << "trainer " << FLAGS_rank << ": still busy 3 s after the job ended for it; exiting";
+      google::FlushLogFiles(google::GLOG_INFO);
+      std::_Exit(code);
+    }).detach();
+  };
   auto trainer = tessera::Trainer::Start(options);
   if (!trainer.ok()) {
     LOG(ERROR) << "trainer failed to start: " << trainer.status();
     return 1;
   }
   tessera::Status st = (*trainer)->Run();
+  if (st.code() == tessera::StatusCode::kAborted) {
+    LOG(ERROR) << "trainer " << FLAGS_rank << ": " << st;
+    return 2;
+  }
   if (!st.ok()) {
     LOG(ERROR) << "trainer " << FLAGS_rank << " failed: " << st;
     return 1;

@@ -108,7 +108,7 @@ Status TrainingLoop::AgreeOnCheckpoint(bool* agreed) {
 StatusOr<TrainingResult> TrainingLoop::Run() {
   std::ofstream metrics;
   if (!options_.metrics_file.empty()) {
-    metrics.open(options_.metrics_file, std::ios::trunc);
+    metrics.open(options_.metrics_file, options_.append_metrics ? std::ios::app : std::ios::trunc);
     if (!metrics) return Status::Unavailable("cannot write metrics file " + options_.metrics_file);
   }
   const int64_t total = TotalSteps();
@@ -188,6 +188,7 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
     result.examples += batch.size;
     if (metrics.is_open()) {
       nlohmann::json line = {{"step", step},
+                             {"generation", options_.generation},
                              {"epoch", share.epoch},
                              {"loss", loss},
                              {"examples", batch.size},

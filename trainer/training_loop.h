@@ -32,6 +32,11 @@ struct TrainingLoopOptions {
   int world = 1;
   // One JSON line per step; "" writes none.
   std::string metrics_file;
+  // Append to metrics_file instead of starting it anew (a later generation
+  // of the job: steps replayed after a rollback appear again), and the
+  // generation each line is marked with.
+  bool append_metrics = false;
+  int64_t generation = 1;
   // Called every job.training.log_every steps (and at the last) with
   // {"step", "loss", "examples_per_s"}.
   std::function<void(const nlohmann::json&)> on_progress;

@@ -15,6 +15,7 @@
 #include "common/job_config.h"
 #include "tests/integration/dump_reader.h"
 #include "tests/integration/local_cluster.h"
+#include "tests/integration/test_jobs.h"
 
 extern char** environ;
 
@@ -24,33 +25,8 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 
-// Optimizers with state everywhere (Adagrad, row-wise Adagrad, Adam), a
-// row-split and a column-split table (re-cut when the server count changes),
-// a data-parallel table, and an Adam dense optimizer.
 json Config(const std::string& ckpt_dir, int64_t steps, int64_t every) {
-  auto table = [](const std::string& name, int rows, int dim, json optimizer, const std::string& sharding) {
-    return json{{"name", name},        {"num_embeddings", rows},       {"embedding_dim", dim},
-                {"feature_names", {name + "_f"}}, {"optimizer", optimizer}, {"sharding_type", sharding},
-                {"initializer", {{"type", "uniform"}, {"low", -0.1}, {"high", 0.1}}}};
-  };
-  return json{
-      {"name", "checkpoint-test"},
-      {"tables",
-       {table("rows", 97, 6, {{"type", "adagrad"}, {"lr", 0.1}}, "row_wise"),
-        table("cols", 50, 7, {{"type", "adam"}, {"lr", 0.01}}, "column_wise"),
-        table("whole", 40, 4, {{"type", "rowwise_adagrad"}, {"lr", 0.1}}, "table_wise"),
-        table("local", 20, 3, {{"type", "sgd"}, {"lr", 0.1}}, "data_parallel")}},
-      {"model", {{"num_dense_features", 3}, {"bottom_mlp", {8, 4}}, {"top_mlp", {8, 1}}}},
-      {"data", {{"source", "synthetic"}, {"num_examples", 300}, {"ids_per_bag", 3}, {"zipf", 0.9}}},
-      {"training",
-       {{"batch_size", 8},
-        {"steps", steps},
-        {"dense_optimizer", {{"type", "adam"}, {"lr", 0.01}}},
-        {"consistency", "sync"},
-        {"seed", 5},
-        {"log_every", 4}}},
-      {"checkpoint", {{"dir", ckpt_dir}, {"every_steps", every}, {"keep", 3}}},
-      {"runtime", {{"heartbeat_ms", 200}, {"peer_timeout_ms", 3000}}}};
+  return testing::StatefulSyncJob("checkpoint-test", ckpt_dir, steps, every);
 }
 
 // Runs a job to its end; returns the master's exit code.

@@ -124,6 +124,37 @@ int LocalCluster::Wait(const std::string& name, milliseconds timeout) {
   }
 }
 
+int LocalCluster::Control(const std::vector<std::string>& command, std::string* output) {
+  const std::string name = "control" + std::to_string(controls_++);
+  std::vector<std::string> args = {"--control"};
+  args.insert(args.end(), command.begin(), command.end());
+  args.push_back("--master");
+  args.push_back(master_);
+  if (!Spawn(name, TESSERA_MASTER_BIN, args).ok()) return -1;
+  const int code = Wait(name, milliseconds(10000));
+  if (code == -1) Kill(name, SIGKILL);
+  if (output != nullptr) *output = Log(name);
+  return code;
+}
+
+bool LocalCluster::WaitForLog(const std::string& name, const std::string& text, milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (Log(name).find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return true;
+}
+
+bool LocalCluster::WaitForSteps(int rank, size_t steps, milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (Metrics(rank).size() < steps) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return true;
+}
+
 bool LocalCluster::Running(const std::string& name) { return Wait(name, milliseconds(0)) == -1; }
 
 void LocalCluster::Kill(const std::string& name, int signal) {

@@ -36,6 +36,13 @@ class LocalCluster {
   // Exit code of `name` ("master", "ps0", "trainer1"), waiting up to
   // `timeout`; -1 if it is still running then, 128+N if killed by signal N.
   int Wait(const std::string& name, std::chrono::milliseconds timeout);
+  // Runs `tessera_master --control COMMAND ARGS... --master <the master>` to
+  // its end (10 s at most); its exit code, and its output in *output.
+  int Control(const std::vector<std::string>& command, std::string* output = nullptr);
+  // Waits until `name`'s log contains `text`; false after `timeout`.
+  bool WaitForLog(const std::string& name, const std::string& text, std::chrono::milliseconds timeout);
+  // Waits until trainer `rank` has written metrics of `steps` steps.
+  bool WaitForSteps(int rank, size_t steps, std::chrono::milliseconds timeout);
   void Kill(const std::string& name, int signal);
   bool Running(const std::string& name);
 
@@ -50,6 +57,7 @@ class LocalCluster {
   std::string master_;
   std::map<std::string, pid_t> pids_;
   std::map<std::string, int> exit_codes_;
+  int controls_ = 0;
 };
 
 }  // namespace tessera::testing

@@ -1,0 +1,230 @@
+// The master's side of a job whose parameter servers change while it trains.
+//
+// Every set of servers a job runs on is a generation, numbered from 1; its
+// number is the plan version, so a request routed by an older plan is
+// refused by every server (PLAN_CHANGED) and nothing of an old generation is
+// applied in a new one. A generation starts from a consistent cut — a
+// checkpoint, or step 0 — on which every server, trainer and the plan agree:
+//   - a lost server: the cut is the newest checkpoint (a rollback; the
+//     trainers replay from there, and in sync mode end where a run without
+//     the loss ends);
+//   - an added or removed server: the cut is a checkpoint taken at the step
+//     boundary where the trainers stopped for the change (no rollback).
+#include <algorithm>
+#include <iostream>
+#include <thread>
+
+#include <glog/logging.h>
+
+#include "common/messages.h"
+#include "master/checkpoint_files.h"
+#include "master/master.h"
+#include "master/planner.h"
+
+namespace tessera {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+namespace {
+
+// What the new plan places on a server that did not hold it under the old
+// one: row elements (rows x columns) and their bytes with optimizer state.
+// Servers are named by member id, so a survivor keeps its identity.
+struct Movement {
+  int64_t elements = 0, total_elements = 0;
+  double bytes = 0;
+};
+
+Movement Moved(const JobConfig& job, const ShardingPlan& old_plan, const std::vector<int>& old_members,
+               const ShardingPlan& plan, const std::vector<int>& members) {
+  Movement m;
+  for (const ShardSpec& n : plan.shards) {
+    const int owner = members[n.ps];
+    int64_t kept = 0;
+    for (const ShardSpec& o : old_plan.shards) {
+      if (o.table != n.table || o.ps >= static_cast<int>(old_members.size()) || old_members[o.ps] != owner) continue;
+      const int64_t rows = std::min(o.row_offset + o.num_rows, n.row_offset + n.num_rows) -
+                           std::max(o.row_offset, n.row_offset);
+      const int64_t cols = std::min(o.col_offset + o.num_cols, n.col_offset + n.num_cols) -
+                           std::max(o.col_offset, n.col_offset);
+      if (rows > 0 && cols > 0) kept += rows * cols;
+    }
+    const TableConfig& t = job.tables[n.table];
+    const int64_t moved = n.num_rows * n.num_cols - kept;
+    m.elements += moved;
+    m.total_elements += n.num_rows * n.num_cols;
+    m.bytes += static_cast<double>(moved) * static_cast<double>(t.RowBytes()) / t.embedding_dim;
+  }
+  return m;
+}
+
+}  // namespace
+
+bool Master::ServerChangePending() const {
+  for (const auto& [id, p] : ps_) {
+    const bool in_generation = std::find(generation_ps_.begin(), generation_ps_.end(), id) != generation_ps_.end();
+    if (p.leaving || !in_generation) return true;
+  }
+  return false;
+}
+
+std::vector<int> Master::NextServers() const {
+  // Survivors keep their plan ranks' order; newcomers follow, oldest first.
+  std::vector<int> next;
+  for (int id : generation_ps_) {
+    auto it = ps_.find(id);
+    if (it != ps_.end() && !it->second.leaving) next.push_back(id);
+  }
+  for (const auto& [id, p] : ps_) {
+    if (!p.leaving && std::find(next.begin(), next.end(), id) == next.end()) next.push_back(id);
+  }
+  return next;
+}
+
+Status Master::StartGeneration(const std::vector<int>& members, const RestorePoint& from) {
+  if (members.empty()) return Status::Unavailable("no parameter server is left to hold the tables");
+  PlannerOptions planner;
+  std::vector<std::string> endpoints;
+  std::optional<ShardingPlan> old_plan;
+  std::vector<int> old_members;
+  int64_t generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int m : members) {
+      auto it = ps_.find(m);
+      if (it == ps_.end()) return Status::Unavailable(DescribeServer(m) + " left before it could join");
+      const PsMember& p = it->second;
+      endpoints.push_back(p.endpoint);
+      planner.servers.push_back(ServerInfo{p.host, p.memory_bytes});
+    }
+    old_plan = plan_;
+    old_members = generation_ps_;
+    generation = generation_ + 1;
+  }
+  TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, PlanSharding(job_, planner));
+  plan.version = static_cast<uint32_t>(generation);
+  std::cout << FormatPlan(job_, plan) << std::flush;
+  if (old_plan) {
+    const Movement m = Moved(job_, *old_plan, old_members, plan, members);
+    const double percent = m.total_elements > 0 ? 100.0 * m.elements / m.total_elements : 0.0;
+    std::cout << "[master] plan version " << plan.version << " on " << members.size() << " server(s): " << m.elements
+              << " of " << m.total_elements << " row elements (" << static_cast<int>(percent) << "%, "
+              << static_cast<int64_t>(m.bytes / 1e6) << " MB with optimizer state) change servers; every server loads "
+              << "its rows from " << (from.dir.empty() ? "their initial values (step 0)" : from.dir) << std::endl;
+  }
+  const json job_json = job_.ToJson();
+  const json plan_json = plan.ToJson();
+  for (size_t rank = 0; rank < members.size(); ++rank) {
+    json body = {{"job", job_json}, {"plan", plan_json}, {"rank", rank}};
+    if (!from.restore.is_null()) body["restore"] = from.restore;
+    Status st;
+    // Restoring reads the checkpoint's rows: allow it time.
+    CallServer(members[rank], Opcode::kCreateShards, body, milliseconds(from.restore.is_null() ? 60000 : 3600000), &st,
+               /*watch=*/true);
+    if (!st.ok()) return st.WithContext("creating the shards of plan version " + std::to_string(plan.version) + " on " +
+                                        DescribeServer(members[rank]));
+  }
+  std::vector<StartWaiter> waiters;
+  std::vector<int> leaving;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int m : generation_ps_) {
+      if (std::find(members.begin(), members.end(), m) == members.end() && ps_.count(m) > 0) leaving.push_back(m);
+    }
+    generation_ = generation;
+    generation_ps_ = members;
+    plan_ = plan;
+    start_info_ = {{"job", job_json},
+                   {"plan", plan_json},
+                   {"ps_endpoints", endpoints},
+                   {"dump_dir", options_.dump_dir},
+                   {"start_step", from.step},
+                   {"generation", generation}};
+    start_state_ = from.trainer_state;
+    state_ = State::kRunning;
+    waiters.swap(start_waiters_);
+    // The clock of liveness restarts: the start may have taken a while.
+    const auto now = Clock::now();
+    for (auto& [id, p] : ps_) p.last_seen = now;
+    for (auto& t : trainers_) {
+      if (t) t->last_seen = now;
+    }
+    generations_.push_back({{"generation", generation},
+                            {"servers", members.size()},
+                            {"start_step", from.step},
+                            {"from", from.dir}});
+    for (StartWaiter& w : waiters) w.responder.Reply(StartReply(w.responder.request_header()));
+  }
+  // A drained server has handed its rows over (they are in the checkpoint and
+  // now on the others): it may go.
+  for (int m : leaving) {
+    Status st;
+    CallServer(m, Opcode::kShutdown, json::object(), milliseconds(10000), &st);
+    std::lock_guard<std::mutex> lock(mu_);
+    LOG(INFO) << DescribeServer(m) << " left the job" << (st.ok() ? "" : " (it did not acknowledge: " + st.ToString() + ")");
+    ps_.erase(m);
+  }
+  for (int m : leaving) ps_peers_.erase(m);
+  LOG(INFO) << "generation " << generation << ": " << members.size() << " parameter server(s), from step " << from.step;
+  return Status::OK();
+}
+
+Status Master::RecoverFromLostServer(int member, const Status& why) {
+  std::vector<Responder> at_barrier;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (recoveries_ >= job_.runtime.max_recoveries) {
+      return Status(why.code(), why.message() + "; the job has already recovered " + std::to_string(recoveries_) +
+                                    " time(s), its runtime.max_recoveries");
+    }
+    ++recoveries_;
+    // The generation is over: trainers learn it from their next heartbeat,
+    // drop the step they are in and wait for the next one.
+    state_ = State::kRecovering;
+    ++generation_;
+    at_barrier = barrier_.TakeAll();
+    barrier_state_.clear();
+    ps_.erase(member);  // its heartbeats are refused from now on: it is fenced
+  }
+  ps_peers_.erase(member);
+  for (Responder& r : at_barrier) r.ReplyError(Status::Cancelled("a parameter server was lost; the job rolls back"));
+  std::cout << "[master] lost " << why.message() << "; recovering" << std::endl;
+
+  // A replacement may register; with none, the survivors take the rows.
+  const auto start = Clock::now();
+  const auto wait = milliseconds(job_.runtime.replacement_wait_ms);
+  for (;;) {
+    std::unique_lock<std::mutex> lock(mu_);
+    Status reason;
+    if (AbortRequested(&reason)) return reason;
+    const bool newcomer = NextServers().size() + 1 > generation_ps_.size();
+    const bool any = !NextServers().empty();
+    const auto waited = Clock::now() - start;
+    if (any && (newcomer || waited >= wait)) break;
+    if (!any && waited >= std::max<milliseconds>(wait, milliseconds(options_.register_timeout_ms))) {
+      return Status(why.code(), why.message() + "; no parameter server is left and none registered within " +
+                                    std::to_string(std::max<int64_t>(job_.runtime.replacement_wait_ms,
+                                                                     options_.register_timeout_ms)) +
+                                    " ms");
+    }
+    cv_.wait_for(lock, milliseconds(100));
+  }
+  TESSERA_ASSIGN_OR_RETURN(RestorePoint from, NewestRestorePoint(/*required=*/false));
+  std::vector<int> members;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    members = NextServers();
+  }
+  std::cout << "[master] rolling back to step " << from.step << " ("
+            << (from.dir.empty() ? "no checkpoint: from the start" : from.dir) << ") on " << members.size()
+            << " parameter server(s)" << std::endl;
+  const auto restore_start = Clock::now();
+  TESSERA_RETURN_IF_ERROR(StartGeneration(members, from).WithContext("recovering from the lost server"));
+  const double restore_s = std::chrono::duration<double>(Clock::now() - restore_start).count();
+  std::cout << "[master] recovered: generation " << generation_ << " from step " << from.step << " ("
+            << restore_s << " s to restore)" << std::endl;
+  return Status::OK();
+}
+
+}  // namespace tessera

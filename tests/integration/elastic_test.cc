@@ -1,0 +1,239 @@
+// Parameter servers that join, leave and fail while a synchronous job trains
+// (real processes on 127.0.0.1). Each run is compared, parameter by parameter,
+// with the same job run without any change: a lost server rolls the job back
+// to its newest checkpoint and replays, an added or removed one moves the rows
+// at a step boundary; either way a sync job must end where the undisturbed
+// one ends (max |diff| <= 1e-5: the row-wise pools of another server count
+// add in another order).
+//
+// Faults land at seeded random steps; TESSERA_TEST_SEED changes the seed
+// (the one used is printed).
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "common/job_config.h"
+#include "tests/integration/dump_reader.h"
+#include "tests/integration/local_cluster.h"
+#include "tests/integration/test_jobs.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+constexpr int64_t kSteps = 400;
+constexpr int64_t kEvery = 25;
+
+uint32_t Seed() {
+  const char* s = std::getenv("TESSERA_TEST_SEED");
+  return s != nullptr ? static_cast<uint32_t>(std::strtoul(s, nullptr, 10)) : 20261201u;
+}
+
+// A step in [lo, hi] drawn from the test's seed and `salt`.
+int64_t SeededStep(int64_t lo, int64_t hi, uint32_t salt) {
+  std::mt19937 rng(Seed() + salt);
+  const int64_t step = std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  std::cout << "seed " << Seed() << ": step " << step << "\n";
+  return step;
+}
+
+std::string TempRoot(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("tessera_elastic_" + name + "_" + std::to_string(getpid()));
+}
+
+json Job(const std::string& ckpt_dir) { return testing::StatefulSyncJob("elastic-test", ckpt_dir, kSteps, kEvery); }
+
+// The parameters of the undisturbed job on 2 servers, computed once.
+const testing::Dump& Undisturbed() {
+  static const testing::Dump* dump = [] {
+    const std::string root = TempRoot("undisturbed");
+    std::filesystem::remove_all(root);
+    testing::LocalCluster c("elastic_undisturbed");
+    EXPECT_TRUE(c.StartJob(Job(root), 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+    EXPECT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+    auto job = ParseJobConfigJson(Job(""), "");
+    auto d = testing::ReadDump(c.dir() + "/dump", *job);
+    EXPECT_TRUE(d.ok()) << d.status();
+    std::filesystem::remove_all(root);
+    return new testing::Dump(d.ok() ? std::move(*d) : testing::Dump{});
+  }();
+  return *dump;
+}
+
+// The job in `c` ended well, every process is gone, and its parameters equal
+// the undisturbed run's.
+void ExpectSameParameters(testing::LocalCluster& c) {
+  auto job = ParseJobConfigJson(Job(""), "");
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto d = testing::ReadDump(c.dir() + "/dump", *job);
+  ASSERT_TRUE(d.ok()) << d.status();
+  const testing::Dump& want = Undisturbed();
+  ASSERT_FALSE(want.rows.empty());
+  std::string where;
+  const double diff = testing::MaxDifference(want, *d, &where);
+  std::cout << "max |changed - undisturbed| = " << diff << " (" << where << ")\n";
+  EXPECT_LE(diff, 1e-5) << where;
+  EXPECT_GT(d->rows.at("rows").size(), 50u);
+}
+
+// The member id the master gave a server (its registration order, not the
+// order the test started them in).
+int MemberId(testing::LocalCluster& c, const std::string& ps) {
+  const std::string log = c.Log(ps);
+  const std::string mark = " as ps ";
+  const size_t at = log.find(mark);
+  return at == std::string::npos ? -1 : std::atoi(log.c_str() + at + mark.size());
+}
+
+void ExpectTrainersFinished(testing::LocalCluster& c) {
+  for (const char* t : {"trainer0", "trainer1"}) EXPECT_EQ(c.Wait(t, milliseconds(20000)), 0) << c.Log(t);
+  // The last generation trained to the end.
+  const auto m = c.Metrics(0);
+  ASSERT_FALSE(m.empty());
+  EXPECT_EQ(m.back()["step"], kSteps - 1);
+}
+
+TEST(ElasticTest, KilledServerRollsBackToTheCheckpointAndEndsLikeAnUndisturbedRun) {
+  Undisturbed();
+  const std::string root = TempRoot("kill");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_kill");
+  ASSERT_TRUE(c.StartJob(Job(root), 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+  const int64_t step = SeededStep(kEvery + 5, kSteps / 2, 1);
+  ASSERT_TRUE(c.WaitForSteps(0, step, milliseconds(60000))) << c.Log("master");
+  c.Kill("ps1", SIGKILL);
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master") << c.Log("trainer0");
+  const std::string log = c.Log("master");
+  EXPECT_NE(log.find("[master] lost parameter server " + std::to_string(MemberId(c, "ps1"))), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("rolling back to step"), std::string::npos) << log;
+  EXPECT_NE(log.find("on 1 parameter server(s)"), std::string::npos) << log;
+  EXPECT_EQ(c.Wait("ps0", milliseconds(10000)), 0) << c.Log("ps0");
+  ExpectTrainersFinished(c);
+  // Steps after the checkpoint were trained twice: the metrics show both.
+  const auto m = c.Metrics(0);
+  EXPECT_GT(m.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(m.back()["generation"].get<int>(), 3);  // 1, then lost (2), then restored (3)
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
+TEST(ElasticTest, StoppedServerIsFencedWhenItWakesAndNothingIsAppliedTwice) {
+  Undisturbed();
+  const std::string root = TempRoot("stop");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_stop");
+  ASSERT_TRUE(c.StartJob(Job(root), 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+  const int64_t step = SeededStep(kEvery + 5, kSteps / 2, 2);
+  ASSERT_TRUE(c.WaitForSteps(0, step, milliseconds(60000))) << c.Log("master");
+  c.Kill("ps0", SIGSTOP);
+  ASSERT_TRUE(c.WaitForLog("master", "[master] recovered", milliseconds(60000))) << c.Log("master");
+  c.Kill("ps0", SIGCONT);
+  // Its late heartbeat is refused: it learns it left the job and stops.
+  EXPECT_EQ(c.Wait("ps0", milliseconds(20000)), 1) << c.Log("ps0");
+  EXPECT_NE(c.Log("ps0").find("not a member of this job"), std::string::npos) << c.Log("ps0");
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  EXPECT_EQ(c.Wait("ps1", milliseconds(10000)), 0) << c.Log("ps1");
+  ExpectTrainersFinished(c);
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
+// Storage of the servers: memory, host memory over RocksDB (most rows below),
+// and the GPU tier's logic on the host over that.
+class ChangeServersTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::vector<std::string> PsArgs(const std::string& dir) const {
+    if (GetParam() == "memory") return {};
+    std::vector<std::string> args = {"--rocksdb_path", dir + "/rocks{i}", "--host_bytes", "2048"};
+    if (GetParam() == "gpu_tier_on_host") {
+      args.insert(args.end(), {"--gpu_tier_on_host", "--gpu_bytes", "4096", "--gpu_tier_min_rows", "64"});
+    }
+    return args;
+  }
+};
+
+TEST_P(ChangeServersTest, AddedThenRemovedServerEndsLikeAnUndisturbedRun) {
+  Undisturbed();
+  const std::string root = TempRoot("change_" + GetParam());
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_change_" + GetParam());
+  const auto ps_args = PsArgs(c.dir());
+  ASSERT_TRUE(c.StartJob(Job(root), 2, 2, {"--dump_dir", c.dir() + "/dump"}, ps_args).ok());
+  const int64_t add_at = SeededStep(10, kSteps / 3, 3);
+  ASSERT_TRUE(c.WaitForSteps(0, add_at, milliseconds(60000))) << c.Log("master");
+  // 2 -> 3 servers.
+  ASSERT_TRUE(c.StartPs(2, ps_args).ok());
+  ASSERT_TRUE(c.WaitForLog("master", "generation 2: 3 parameter server(s)", milliseconds(60000))) << c.Log("master");
+  EXPECT_NE(c.Log("master").find("change servers"), std::string::npos) << c.Log("master");
+  const size_t done = c.Metrics(0).size();
+  ASSERT_TRUE(c.WaitForSteps(0, done + 20, milliseconds(60000))) << c.Log("master");
+  // 3 -> 2: the first server leaves, drained to the others.
+  std::string out;
+  ASSERT_GE(MemberId(c, "ps0"), 0) << c.Log("ps0");
+  ASSERT_EQ(c.Control({"remove_ps", std::to_string(MemberId(c, "ps0"))}, &out), 0) << out;
+  ASSERT_TRUE(c.WaitForLog("master", "generation 3: 2 parameter server(s)", milliseconds(60000))) << c.Log("master");
+  EXPECT_EQ(c.Wait("ps0", milliseconds(20000)), 0) << c.Log("ps0");
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  for (const char* p : {"ps1", "ps2"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
+  ExpectTrainersFinished(c);
+  // No step was trained twice: changes move rows at a boundary, no rollback.
+  EXPECT_EQ(c.Metrics(0).size(), static_cast<size_t>(kSteps));
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
+INSTANTIATE_TEST_SUITE_P(Storage, ChangeServersTest, ::testing::Values("memory", "rocksdb", "gpu_tier_on_host"),
+                         [](const auto& info) { return info.param; });
+
+TEST(ElasticTest, SigtermDrainsAServerWhichThenExitsZero) {
+  Undisturbed();
+  const std::string root = TempRoot("sigterm");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_sigterm");
+  ASSERT_TRUE(c.StartJob(Job(root), 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+  ASSERT_TRUE(c.WaitForSteps(0, SeededStep(10, kSteps / 2, 4), milliseconds(60000))) << c.Log("master");
+  c.Kill("ps1", SIGTERM);
+  EXPECT_EQ(c.Wait("ps1", milliseconds(30000)), 0) << c.Log("ps1");
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  EXPECT_NE(c.Log("master").find("generation 2: 1 parameter server(s)"), std::string::npos) << c.Log("master");
+  ExpectTrainersFinished(c);
+  EXPECT_EQ(c.Metrics(0).size(), static_cast<size_t>(kSteps));
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
+TEST(ElasticTest, BadRemoveRequestsAreRefusedAndChangeNothing) {
+  const std::string root = TempRoot("bad_remove");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_bad_remove");
+  json job = Job(root);
+  job["training"]["steps"] = 1000000;
+  ASSERT_TRUE(c.StartJob(job, 1, 2).ok());
+  ASSERT_TRUE(c.WaitForSteps(0, 5, milliseconds(60000))) << c.Log("master");
+  std::string out;
+  EXPECT_EQ(c.Control({"remove_ps", "7"}, &out), 1);
+  EXPECT_NE(out.find("not in the job"), std::string::npos) << out;
+  EXPECT_EQ(c.Control({"remove_ps", "0"}, &out), 1);  // the last server
+  EXPECT_NE(out.find("the job's last"), std::string::npos) << out;
+  EXPECT_EQ(c.Control({"remove_ps", "zero"}, &out), 1);
+  EXPECT_EQ(c.Control({"remove_ps"}, &out), 1);
+  // The job goes on, on its one server, in its first generation.
+  const size_t done = c.Metrics(0).size();
+  ASSERT_TRUE(c.WaitForSteps(0, done + 10, milliseconds(30000))) << c.Log("master");
+  EXPECT_EQ(c.Metrics(0).back()["generation"], 1);
+  EXPECT_TRUE(c.Running("ps0"));
+  c.Kill("master", SIGTERM);
+  EXPECT_EQ(c.Wait("master", milliseconds(20000)), 1);
+  std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,44 @@
+// Job configs the integration tests share.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::testing {
+
+// A small synchronous job with optimizer state everywhere (Adagrad, row-wise
+// Adagrad, Adam), a row-split and a column-split table (re-cut when the
+// server count changes), a table-wise and a data-parallel table, and an Adam
+// dense optimizer: what a checkpoint, a resume or a change of servers must
+// carry over exactly. checkpoint.every_steps = `every` (0: on demand only).
+inline nlohmann::json StatefulSyncJob(const std::string& name, const std::string& ckpt_dir, int64_t steps,
+                                      int64_t every) {
+  using nlohmann::json;
+  auto table = [](const std::string& t, int rows, int dim, json optimizer, const std::string& sharding) {
+    return json{{"name", t},        {"num_embeddings", rows},       {"embedding_dim", dim},
+                {"feature_names", {t + "_f"}}, {"optimizer", optimizer}, {"sharding_type", sharding},
+                {"initializer", {{"type", "uniform"}, {"low", -0.1}, {"high", 0.1}}}};
+  };
+  return json{
+      {"name", name},
+      {"tables",
+       {table("rows", 97, 6, {{"type", "adagrad"}, {"lr", 0.1}}, "row_wise"),
+        table("cols", 50, 7, {{"type", "adam"}, {"lr", 0.01}}, "column_wise"),
+        table("whole", 40, 4, {{"type", "rowwise_adagrad"}, {"lr", 0.1}}, "table_wise"),
+        table("local", 20, 3, {{"type", "sgd"}, {"lr", 0.1}}, "data_parallel")}},
+      {"model", {{"num_dense_features", 3}, {"bottom_mlp", {8, 4}}, {"top_mlp", {8, 1}}}},
+      {"data", {{"source", "synthetic"}, {"num_examples", 300}, {"ids_per_bag", 3}, {"zipf", 0.9}}},
+      {"training",
+       {{"batch_size", 8},
+        {"steps", steps},
+        {"dense_optimizer", {{"type", "adam"}, {"lr", 0.01}}},
+        {"consistency", "sync"},
+        {"seed", 5},
+        {"log_every", 4}}},
+      {"checkpoint", {{"dir", ckpt_dir}, {"every_steps", every}, {"keep", 3}}},
+      {"runtime", {{"heartbeat_ms", 200}, {"peer_timeout_ms", 3000}}}};
+}
+
+}  // namespace tessera::testing
