@@ -153,8 +153,8 @@ class Master {
   // the servers, when that is pending) if they all wait at one step.
   // REQUIRES: lock held (released while the checkpoint is written).
   Status ServeBarrier(std::unique_lock<std::mutex>* lock);
-  // Writes a checkpoint at `step`; its folder in *dir.
-  Status TakeCheckpoint(int64_t step, const std::string& trainer_state, std::string* dir);
+  // Writes a checkpoint at `step`; its folder in *dir, its manifest in *manifest.
+  Status TakeCheckpoint(int64_t step, const std::string& trainer_state, std::string* dir, nlohmann::json* manifest);
   // The checkpoint in `dir` (its manifest read), checked against this job.
   StatusOr<RestorePoint> ReadRestorePoint(const std::string& dir, const nlohmann::json& manifest) const;
   StatusOr<RestorePoint> ReadRestorePointUnchecked(const std::string& dir, const nlohmann::json& manifest) const;

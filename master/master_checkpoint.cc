@@ -83,12 +83,11 @@ Status Master::ServeBarrier(std::unique_lock<std::mutex>* lock) {
   if (serving > checkpoint_served_id_ || periodic || change) {
     lock->unlock();
     std::string dir;
-    st = TakeCheckpoint(step, state, &dir);
+    json manifest;
+    st = TakeCheckpoint(step, state, &dir, &manifest);
     if (st.ok() && change) {
       // The new servers start from this checkpoint: nothing is rolled back.
-      std::string found;
-      auto manifest = FindNewestCheckpoint(job_.checkpoint.dir, &found);
-      auto from = manifest.ok() ? ReadRestorePoint(found, *manifest) : StatusOr<RestorePoint>(manifest.status());
+      auto from = ReadRestorePoint(dir, manifest);
       st = from.ok() ? StartGeneration(next, *from) : from.status();
       restarted = st.ok();
     }
@@ -115,7 +114,8 @@ Status Master::ServeBarrier(std::unique_lock<std::mutex>* lock) {
   return st;
 }
 
-Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state, std::string* dir_out) {
+Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state, std::string* dir_out,
+                              json* manifest_out) {
   const auto start = Clock::now();
   if (trainer_state.empty()) return Status::Internal("trainer 0 sent no state to the checkpoint barrier");
   const std::string root = job_.checkpoint.dir;
@@ -163,6 +163,7 @@ Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state, st
   std::cout << "[master] checkpoint at step " << step << " complete in " << dir << " (" << seconds << " s)"
             << std::endl;
   *dir_out = dir;
+  *manifest_out = std::move(manifest);
   std::lock_guard<std::mutex> lock(mu_);
   checkpoints_.push_back({{"step", step}, {"dir", dir}, {"seconds", seconds}});
   return Status::OK();

@@ -198,8 +198,9 @@ Status Master::RecoverFromLostServer(int member, const Status& why) {
     std::unique_lock<std::mutex> lock(mu_);
     Status reason;
     if (AbortRequested(&reason)) return reason;
-    const bool newcomer = NextServers().size() + 1 > generation_ps_.size();
-    const bool any = !NextServers().empty();
+    const size_t next = NextServers().size();
+    const bool newcomer = next + 1 > generation_ps_.size();
+    const bool any = next > 0;
     const auto waited = Clock::now() - start;
     if (any && (newcomer || waited >= wait)) break;
     if (!any && waited >= std::max<milliseconds>(wait, milliseconds(options_.register_timeout_ms))) {

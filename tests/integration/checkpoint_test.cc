@@ -5,19 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "common/job_config.h"
 #include "tests/integration/dump_reader.h"
 #include "tests/integration/local_cluster.h"
 #include "tests/integration/test_jobs.h"
-
-extern char** environ;
 
 namespace tessera {
 namespace {
@@ -108,17 +103,8 @@ TEST(CheckpointTest, OnDemandByCommandAndBySignal) {
   ASSERT_GE(cluster.Metrics(0).size(), 10u) << cluster.Log("master");
 
   // tessera_master --control checkpoint --master <address>
-  std::string endpoint;
-  std::ifstream(cluster.dir() + "/master.endpoint") >> endpoint;
-  std::vector<std::string> args = {TESSERA_MASTER_BIN, "--control", "checkpoint", "--master", endpoint};
-  std::vector<char*> argv;
-  for (auto& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::string out;
+  EXPECT_EQ(cluster.Control({"checkpoint"}, &out), 0) << out;
   auto wait_for_checkpoints = [&](size_t n) {
     for (int i = 0; i < 400; ++i) {
       size_t count = 0;
