@@ -369,7 +369,8 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
     JsonFields rf(*rt, "runtime");
     TESSERA_RETURN_IF_ERROR(rf.OnlyKeys(
         {"heartbeat_ms", "peer_timeout_ms", "rpc_timeout_ms", "context_ttl_ms", "collective_timeout_ms",
-         "recover_lost_servers", "replacement_wait_ms", "max_recoveries"}));
+         "recover_lost_servers", "replacement_wait_ms", "max_recoveries",
+         "recover_lost_trainers", "trainer_replacement_wait_ms", "master_reconnect_ms"}));
     TESSERA_RETURN_IF_ERROR(rf.Int("heartbeat_ms", &c.runtime.heartbeat_ms, false, 10, 600000));
     TESSERA_RETURN_IF_ERROR(rf.Int("peer_timeout_ms", &c.runtime.peer_timeout_ms, false, 100, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Int("rpc_timeout_ms", &c.runtime.rpc_timeout_ms, false, 100, 86400000));
@@ -377,6 +378,10 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
     TESSERA_RETURN_IF_ERROR(rf.Int("collective_timeout_ms", &c.runtime.collective_timeout_ms, false, 100, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Bool("recover_lost_servers", &c.runtime.recover_lost_servers, false));
     TESSERA_RETURN_IF_ERROR(rf.Int("replacement_wait_ms", &c.runtime.replacement_wait_ms, false, 0, 86400000));
+    TESSERA_RETURN_IF_ERROR(rf.Bool("recover_lost_trainers", &c.runtime.recover_lost_trainers, false));
+    TESSERA_RETURN_IF_ERROR(
+        rf.Int("trainer_replacement_wait_ms", &c.runtime.trainer_replacement_wait_ms, false, 0, 86400000));
+    TESSERA_RETURN_IF_ERROR(rf.Int("master_reconnect_ms", &c.runtime.master_reconnect_ms, false, 0, 86400000));
     int64_t max_recoveries = c.runtime.max_recoveries;
     TESSERA_RETURN_IF_ERROR(rf.Int("max_recoveries", &max_recoveries, false, 0, 1000000));
     c.runtime.max_recoveries = static_cast<int>(max_recoveries);
@@ -507,7 +512,10 @@ json JobConfig::ToJson() const {
         {"collective_timeout_ms", runtime.collective_timeout_ms},
         {"recover_lost_servers", runtime.recover_lost_servers},
         {"replacement_wait_ms", runtime.replacement_wait_ms},
-        {"max_recoveries", runtime.max_recoveries}}},
+        {"max_recoveries", runtime.max_recoveries},
+        {"recover_lost_trainers", runtime.recover_lost_trainers},
+        {"trainer_replacement_wait_ms", runtime.trainer_replacement_wait_ms},
+        {"master_reconnect_ms", runtime.master_reconnect_ms}}},
   };
 }
 

@@ -149,8 +149,21 @@ struct RuntimeConfig {
   // How long a recovery waits for a replacement server to register before
   // it goes on with the survivors (0: at once; a later one is added).
   int64_t replacement_wait_ms = 0;
-  // Recoveries a job may make before a further loss ends it.
+  // A trainer lost while the job trains (dead, or silent for
+  // peer_timeout_ms) is recovered from: the job waits for a replacement
+  // trainer of the same rank to register (within trainer_replacement_wait_ms),
+  // then rolls back to its newest checkpoint (or step 0) and replays. The
+  // collective has a fixed world: no trainer means no progress, so a job
+  // whose replacement never comes ends. false: the job ends at once instead.
+  bool recover_lost_trainers = true;
+  int64_t trainer_replacement_wait_ms = 300000;
+  // Recoveries a job may make (servers and trainers together) before a
+  // further loss ends it.
   int max_recoveries = 10;
+  // How long servers and trainers keep retrying a master they lost contact
+  // with before they give up: a restarted master (tessera_master --recover)
+  // within this time takes the job back and they re-register with it.
+  int64_t master_reconnect_ms = 60000;
 };
 
 // Consistent checkpoints at step boundaries (docs/operations.md).

@@ -1,6 +1,7 @@
 #include "common/master_registration.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "common/messages.h"
 
@@ -20,6 +21,9 @@ StatusOr<nlohmann::json> RegisterWithMaster(RpcClient* client, int master_peer, 
     if (last.code() != StatusCode::kDeadlineExceeded && last.code() != StatusCode::kUnavailable) {
       return last.WithContext("registering with the master");
     }
+    // The master answered "not yet" (a rank still held by a member it has
+    // not found lost): ask again shortly rather than at once.
+    if (last.code() == StatusCode::kUnavailable) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return Status::Unavailable("could not reach the master at " + master + ": " + last.ToString());
 }

@@ -122,8 +122,9 @@ std::string Master::DescribeServer(int member) const {
          std::to_string(it->second.pid) + ")";
 }
 
-Status Master::FindDeadMember(Clock::time_point now, int* ps) {
+Status Master::FindDeadMember(Clock::time_point now, int* ps, int* trainer) {
   *ps = -1;
+  int lost_trainer = -1;
   const auto timeout = milliseconds(job_.runtime.peer_timeout_ms);
   auto silent = [&](Clock::time_point last) {
     return std::to_string(std::chrono::duration_cast<milliseconds>(now - last).count() / 1000.0).substr(0, 5);
@@ -149,6 +150,7 @@ Status Master::FindDeadMember(Clock::time_point now, int* ps) {
       oldest = p.last_seen;
       who = DescribeServer(id);
       *ps = id;
+      lost_trainer = -1;
     }
   }
   for (size_t i = 0; i < trainers_.size(); ++i) {
@@ -157,8 +159,10 @@ Status Master::FindDeadMember(Clock::time_point now, int* ps) {
       oldest = t->last_seen;
       who = "trainer " + std::to_string(i) + " (host " + t->host + ", pid " + std::to_string(t->pid) + ")";
       *ps = -1;
+      lost_trainer = static_cast<int>(i);
     }
   }
+  if (trainer != nullptr) *trainer = lost_trainer;
   if (who.empty()) return Status::OK();
   return Status::Unavailable(who + " sent no heartbeat for " + silent(oldest) + " s: it died or hangs");
 }
@@ -181,13 +185,15 @@ Status Master::MonitorUntilDone() {
     Status reason;
     if (AbortRequested(&reason)) return reason;
     const auto now = Clock::now();
-    int dead_ps = -1;
-    Status dead = FindDeadMember(now, &dead_ps);
-    if (!dead.ok() && dead_ps >= 0 && job_.runtime.recover_lost_servers) {
-      // Trainers that failed because of this server are not the cause.
+    int dead_ps = -1, dead_trainer = -1;
+    Status dead = FindDeadMember(now, &dead_ps, &dead_trainer);
+    const bool recover_server = dead_ps >= 0 && job_.runtime.recover_lost_servers;
+    const bool recover_trainer = dead_trainer >= 0 && job_.runtime.recover_lost_trainers;
+    if (!dead.ok() && (recover_server || recover_trainer)) {
+      // Trainers that failed because of this member are not the cause.
       reported_failure_.clear();
       lock.unlock();
-      Status st = RecoverFromLostServer(dead_ps, dead);
+      Status st = recover_server ? RecoverFromLostServer(dead_ps, dead) : RecoverFromLostTrainer(dead_trainer, dead);
       lock.lock();
       TESSERA_RETURN_IF_ERROR(st);
       continue;
@@ -200,7 +206,7 @@ Status Master::MonitorUntilDone() {
     } else {
       TESSERA_RETURN_IF_ERROR(dead);
       bool all_done = true;
-      for (const auto& t : trainers_) all_done = all_done && t->done;
+      for (const auto& t : trainers_) all_done = all_done && t && t->done;
       if (all_done) return Status::OK();
       if (!job_.checkpoint.dir.empty() && ServerChangePending() && checkpoint_requested_id_ <= checkpoint_served_id_) {
         // The change happens at the next boundary, through a checkpoint.

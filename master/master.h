@@ -115,6 +115,9 @@ class Master {
   struct TrainerMember {
     std::string host;
     int64_t pid = 0;
+    // Which registration holds the rank: a replacement gets a new one, so a
+    // replaced trainer that wakes (SIGSTOP) is refused, not taken for it.
+    int64_t incarnation = 0;
     Clock::time_point last_seen;
     bool done = false;
     nlohmann::json report;
@@ -135,6 +138,7 @@ class Master {
   };
   struct StartWaiter {
     int64_t after_generation = 0;  // answered by a generation newer than this
+    nlohmann::json request;        // who asks: checked again when answered
     Responder responder;
   };
   Master() = default;
@@ -169,6 +173,15 @@ class Master {
   Status StartGeneration(const std::vector<int>& members, const RestorePoint& from);
   // A server of the running generation is lost: roll back and go on.
   Status RecoverFromLostServer(int member, const Status& why);
+  // Trainer `rank` is lost: wait for a replacement, roll back and go on.
+  Status RecoverFromLostTrainer(int rank, const Status& why);
+  // The generation in flight is over (a member was lost): trainers at the
+  // barrier are told, the next one is awaited. Counts against
+  // runtime.max_recoveries. REQUIRES: mu_ held.
+  Status EndGenerationForRecovery(const Status& why, std::vector<Responder>* at_barrier);
+  // Rolls the job back to the newest checkpoint (step 0 without one) on the
+  // servers NextServers() gives.
+  Status RollBack(const std::string& what);
   // Whether a change of the servers waits for the next boundary: servers
   // registered and not in the generation, or servers leaving.
   bool ServerChangePending() const;  // REQUIRES: mu_ held
@@ -181,9 +194,13 @@ class Master {
   Status StartJob();
   Status MonitorUntilDone();
   // The first dead member found, as an error naming it; *ps is its member
-  // id when it is a server of the running generation, else -1. Dead servers
-  // outside the generation are dropped. REQUIRES: mu_ held.
-  Status FindDeadMember(Clock::time_point now, int* ps);
+  // id when it is a server of the running generation, *trainer its rank when
+  // it is a trainer, else -1. Dead servers outside the generation are
+  // dropped. REQUIRES: mu_ held.
+  Status FindDeadMember(Clock::time_point now, int* ps, int* trainer = nullptr);
+  // Whether `body` (with "rank" and "incarnation") comes from the trainer
+  // that holds its rank now. REQUIRES: mu_ held.
+  Status CheckTrainer(const nlohmann::json& body) const;
   std::string DescribeServer(int member) const;  // REQUIRES: mu_ held
   void PrintProgress();  // REQUIRES: mu_ held
   void AbortJob(const Status& reason);
@@ -216,6 +233,7 @@ class Master {
   int64_t generation_ = 0;                               // GUARDED_BY(mu_): 0 before the start
   int recoveries_ = 0;                                   // GUARDED_BY(mu_)
   std::vector<std::optional<TrainerMember>> trainers_;  // GUARDED_BY(mu_)
+  int64_t next_incarnation_ = 1;                         // GUARDED_BY(mu_)
   std::vector<StartWaiter> start_waiters_;               // GUARDED_BY(mu_)
   nlohmann::json start_info_;                            // GUARDED_BY(mu_)
   std::string start_state_;                              // GUARDED_BY(mu_): trainer state bytes

@@ -154,7 +154,14 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
                             {"servers", members.size()},
                             {"start_step", from.step},
                             {"from", from.dir}});
-    for (StartWaiter& w : waiters) w.responder.Reply(StartReply(w.responder.request_header()));
+    for (StartWaiter& w : waiters) {
+      // A trainer replaced while it waited does not start.
+      if (Status member = CheckTrainer(w.request); !member.ok()) {
+        w.responder.ReplyError(member);
+      } else {
+        w.responder.Reply(StartReply(w.responder.request_header()));
+      }
+    }
   }
   // A drained server has handed its rows over (they are in the checkpoint and
   // now on the others): it may go.
@@ -170,21 +177,29 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
   return Status::OK();
 }
 
+Status Master::EndGenerationForRecovery(const Status& why, std::vector<Responder>* at_barrier) {
+  if (recoveries_ >= job_.runtime.max_recoveries) {
+    return Status(why.code(), why.message() + "; the job has already recovered " + std::to_string(recoveries_) +
+                                  " time(s), its runtime.max_recoveries");
+  }
+  ++recoveries_;
+  // The generation is over: trainers learn it from their next heartbeat,
+  // drop the step they are in and wait for the next one.
+  state_ = State::kRecovering;
+  ++generation_;
+  *at_barrier = barrier_.TakeAll();
+  barrier_state_.clear();
+  // Steps of the lost generation that not every trainer reported are never
+  // completed: the replayed steps are reported afresh.
+  progress_.clear();
+  return Status::OK();
+}
+
 Status Master::RecoverFromLostServer(int member, const Status& why) {
   std::vector<Responder> at_barrier;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (recoveries_ >= job_.runtime.max_recoveries) {
-      return Status(why.code(), why.message() + "; the job has already recovered " + std::to_string(recoveries_) +
-                                    " time(s), its runtime.max_recoveries");
-    }
-    ++recoveries_;
-    // The generation is over: trainers learn it from their next heartbeat,
-    // drop the step they are in and wait for the next one.
-    state_ = State::kRecovering;
-    ++generation_;
-    at_barrier = barrier_.TakeAll();
-    barrier_state_.clear();
+    TESSERA_RETURN_IF_ERROR(EndGenerationForRecovery(why, &at_barrier));
     ps_.erase(member);  // its heartbeats are refused from now on: it is fenced
   }
   ps_peers_.erase(member);
@@ -211,6 +226,41 @@ Status Master::RecoverFromLostServer(int member, const Status& why) {
     }
     cv_.wait_for(lock, milliseconds(100));
   }
+  return RollBack("recovering from the lost server");
+}
+
+Status Master::RecoverFromLostTrainer(int rank, const Status& why) {
+  std::vector<Responder> at_barrier;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TESSERA_RETURN_IF_ERROR(EndGenerationForRecovery(why, &at_barrier));
+    // The rank is free for a replacement; the lost trainer's requests carry
+    // an incarnation no longer held, so they are refused: it is fenced.
+    trainers_[rank].reset();
+  }
+  for (Responder& r : at_barrier) r.ReplyError(Status::Cancelled("a trainer was lost; the job rolls back"));
+  std::cout << "[master] lost " << why.message() << "; waiting up to "
+            << job_.runtime.trainer_replacement_wait_ms / 1000.0 << " s for a replacement trainer " << rank
+            << " (scripts/run_trainer.sh --rank " << rank << ")" << std::endl;
+  // The collective's world is fixed: nothing trains until the rank is back.
+  const auto deadline = Clock::now() + milliseconds(job_.runtime.trainer_replacement_wait_ms);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!trainers_[rank]) {
+      Status reason;
+      if (AbortRequested(&reason)) return reason;
+      if (Clock::now() >= deadline) {
+        return Status(why.code(), why.message() + "; no replacement trainer " + std::to_string(rank) +
+                                      " registered within runtime.trainer_replacement_wait_ms (" +
+                                      std::to_string(job_.runtime.trainer_replacement_wait_ms) + " ms)");
+      }
+      cv_.wait_for(lock, milliseconds(100));
+    }
+  }
+  return RollBack("recovering from the lost trainer");
+}
+
+Status Master::RollBack(const std::string& what) {
   TESSERA_ASSIGN_OR_RETURN(RestorePoint from, NewestRestorePoint(/*required=*/false));
   std::vector<int> members;
   {
@@ -221,7 +271,7 @@ Status Master::RecoverFromLostServer(int member, const Status& why) {
             << (from.dir.empty() ? "no checkpoint: from the start" : from.dir) << ") on " << members.size()
             << " parameter server(s)" << std::endl;
   const auto restore_start = Clock::now();
-  TESSERA_RETURN_IF_ERROR(StartGeneration(members, from).WithContext("recovering from the lost server"));
+  TESSERA_RETURN_IF_ERROR(StartGeneration(members, from).WithContext(what));
   const double restore_s = std::chrono::duration<double>(Clock::now() - restore_start).count();
   std::cout << "[master] recovered: generation " << generation_ << " from step " << from.step << " ("
             << restore_s << " s to restore)" << std::endl;

@@ -85,10 +85,6 @@ void Master::HandleRegister(const json& body, Responder& r) {
               << ")" << (started ? "; it joins the running job at the next step boundary" : "");
     ps_[id] = std::move(m);
   } else if (role == "trainer") {
-    if (state_ != State::kWaiting) {
-      r.ReplyError(Status::FailedPrecondition("the job has already started; late trainers cannot join it"));
-      return;
-    }
     const int rank = body.at("rank").get<int>();
     const int world = body.at("world").get<int>();
     if (world != job_.cluster.num_trainers || rank < 0 || rank >= world) {
@@ -98,14 +94,30 @@ void Master::HandleRegister(const json& body, Responder& r) {
       return;
     }
     if (trainers_[rank]) {
-      r.ReplyError(Status::AlreadyExists("trainer rank " + std::to_string(rank) + " is already registered"));
+      if (state_ == State::kWaiting) {
+        r.ReplyError(Status::AlreadyExists("trainer rank " + std::to_string(rank) + " is already registered"));
+      } else {
+        // A replacement started before the master found the old one lost
+        // (it may be hung, not dead): it is taken once the rank is free.
+        // Unavailable makes the newcomer retry.
+        r.ReplyError(Status::Unavailable("trainer rank " + std::to_string(rank) + " is held by pid " +
+                                         std::to_string(trainers_[rank]->pid) + " on " + trainers_[rank]->host +
+                                         ", which has not been found lost; retrying"));
+      }
+      return;
+    }
+    if (state_ != State::kWaiting && !job_.runtime.recover_lost_trainers) {
+      r.ReplyError(Status::FailedPrecondition("the job has already started; late trainers cannot join it"));
       return;
     }
     TrainerMember m;
     m.host = body.value("host", "");
     m.pid = body.value("pid", int64_t{0});
     m.last_seen = Clock::now();
-    LOG(INFO) << "trainer " << rank << " registered (host " << m.host << ", pid " << m.pid << ")";
+    m.incarnation = next_incarnation_++;
+    LOG(INFO) << "trainer " << rank << " registered (host " << m.host << ", pid " << m.pid << ")"
+              << (state_ == State::kWaiting ? "" : " in place of the lost one");
+    reply["incarnation"] = m.incarnation;
     trainers_[rank] = std::move(m);
     reply["rank"] = rank;
   } else {
@@ -120,10 +132,12 @@ void Master::HandleHeartbeat(const json& body, Responder& r) {
   const std::string role = body.at("role").get<std::string>();
   const int rank = body.at("rank").get<int>();
   std::optional<int64_t> step;
+  int64_t step_generation = 0;
   double loss = 0, examples = 1, examples_per_s = 0;
   if (role == "trainer" && body.contains("progress")) {
     const json& p = body["progress"];
     step = p.at("step").get<int64_t>();
+    step_generation = p.value("generation", int64_t{0});
     loss = p.at("loss").get<double>();
     examples = p.value("examples", 1.0);
     examples_per_s = p.at("examples_per_s").get<double>();
@@ -135,9 +149,14 @@ void Master::HandleHeartbeat(const json& body, Responder& r) {
     // here: its heartbeat is refused and it stops.
     ps_[rank].last_seen = now;
     if (body.contains("stats")) ps_[rank].stats = body["stats"];
-  } else if (role == "trainer" && rank >= 0 && rank < static_cast<int>(trainers_.size()) && trainers_[rank]) {
+  } else if (role == "trainer") {
+    if (Status member = CheckTrainer(body); !member.ok()) {
+      r.ReplyError(member);
+      return;
+    }
     trainers_[rank]->last_seen = now;
-    if (step) {
+    // A step of a generation that is over is never completed: not counted.
+    if (step && step_generation == generation_) {
       Progress& pr = progress_[*step];
       pr.reported++;
       pr.loss_sum += loss * examples;
@@ -162,12 +181,11 @@ void Master::HandleHeartbeat(const json& body, Responder& r) {
 }
 
 void Master::HandleWaitStart(const json& body, Responder& r) {
-  const int rank = body.at("rank").get<int>();
   // The generation the trainer ran last (0: none): it waits for a newer one.
   const int64_t after = body.value("generation", int64_t{0});
   std::lock_guard<std::mutex> lock(mu_);
-  if (rank < 0 || rank >= static_cast<int>(trainers_.size()) || !trainers_[rank]) {
-    r.ReplyError(Status::NotFound("trainer " + std::to_string(rank) + " has not registered"));
+  if (Status member = CheckTrainer(body); !member.ok()) {
+    r.ReplyError(member);
     return;
   }
   if (state_ == State::kAborted) {
@@ -175,8 +193,32 @@ void Master::HandleWaitStart(const json& body, Responder& r) {
   } else if (state_ == State::kRunning && generation_ > after) {
     r.Reply(StartReply(r.request_header()));
   } else {
-    start_waiters_.push_back(StartWaiter{after, std::move(r)});
+    start_waiters_.push_back(StartWaiter{after, body, std::move(r)});
   }
+}
+
+Status Master::CheckTrainer(const json& body) const {
+  // Also called outside the JSON handlers' catch (the barrier): it throws
+  // on no body.
+  const auto rank_field = body.find("rank");
+  const auto incarnation_field = body.find("incarnation");
+  if (rank_field == body.end() || !rank_field->is_number_integer()) {
+    return Status::InvalidArgument("a trainer's request without an integer rank");
+  }
+  if (incarnation_field == body.end() || !incarnation_field->is_number_integer()) {
+    return Status::InvalidArgument("a trainer's request without its registration (incarnation)");
+  }
+  const int64_t rank64 = rank_field->get<int64_t>();
+  const int rank = rank64 < 0 || rank64 > 1000000 ? -1 : static_cast<int>(rank64);
+  const int64_t incarnation = incarnation_field->get<int64_t>();
+  if (rank < 0 || rank >= static_cast<int>(trainers_.size()) || !trainers_[rank]) {
+    return Status::NotFound("trainer " + std::to_string(rank) + " is not a member of this job");
+  }
+  if (trainers_[rank]->incarnation != incarnation) {
+    return Status::NotFound("trainer " + std::to_string(rank) + " (registration " + std::to_string(incarnation) +
+                            ") was replaced after it was found lost: it is not a member of this job");
+  }
+  return Status::OK();
 }
 
 void Master::HandleCommand(const json& body, Responder& r) {
@@ -202,8 +244,8 @@ void Master::HandleReportDone(const json& body, Responder& r) {
   const std::string error = body.value("error", std::string("unknown error"));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (rank < 0 || rank >= static_cast<int>(trainers_.size()) || !trainers_[rank]) {
-      r.ReplyError(Status::NotFound("trainer " + std::to_string(rank) + " has not registered"));
+    if (Status member = CheckTrainer(body); !member.ok()) {
+      r.ReplyError(member);
       return;
     }
     trainers_[rank]->done = true;
@@ -239,7 +281,7 @@ void Master::HandleCheckpointBarrier(Message&& m, Responder r) {
   const int64_t step = body->value("step", int64_t{-1});
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (rank < 0 || rank >= static_cast<int>(trainers_.size()) || !trainers_[rank] || step < 0) {
+    if (step < 0 || !CheckTrainer(*body).ok()) {
       r.ReplyError(Status::InvalidArgument("checkpoint barrier from an unknown trainer or step"));
       return;
     }

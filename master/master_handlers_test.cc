@@ -86,17 +86,22 @@ TEST(MasterHandlersTest, DamagedRequestsAreAnsweredAndTheMasterKeepsServing) {
 
   // Trainer 0 is a member, so heartbeats and reports reach their handlers'
   // depths; trainer 1 and the servers are left for damaged registrations.
-  ASSERT_TRUE(call(EncodeJson(Opcode::kRegister, {{"role", "trainer"}, {"rank", 0}, {"world", 2}})).ok());
+  auto registered = call(EncodeJson(Opcode::kRegister, {{"role", "trainer"}, {"rank", 0}, {"world", 2}}));
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  auto registration = DecodeJson(*registered);
+  ASSERT_TRUE(registration.ok()) << registration.status();
+  const int64_t incarnation = registration->value("incarnation", int64_t{-1});
+  ASSERT_GT(incarnation, 0);
 
   // Requests that are answered at once (a start or a store read would wait).
   const std::vector<std::pair<Opcode, json>> valid = {
       {Opcode::kRegister, {{"role", "ps"}, {"endpoint", "tcp://127.0.0.1:1"}, {"host", "h"}, {"pid", 7},
                            {"memory_bytes", 1024}}},
       {Opcode::kRegister, {{"role", "trainer"}, {"rank", 1}, {"world", 2}, {"host", "h"}, {"pid", 8}}},
-      {Opcode::kHeartbeat, {{"role", "trainer"}, {"rank", 0},
+      {Opcode::kHeartbeat, {{"role", "trainer"}, {"rank", 0}, {"incarnation", incarnation},
                             {"progress", {{"step", 3}, {"loss", 0.5}, {"examples", 64}, {"examples_per_s", 1e4}}}}},
       {Opcode::kHeartbeat, {{"role", "ps"}, {"rank", 0}, {"stats", {{"lookups", 1}}}}},
-      {Opcode::kReportDone, {{"rank", 0}, {"ok", true}}},
+      {Opcode::kReportDone, {{"rank", 0}, {"incarnation", incarnation}, {"ok", true}}},
       {Opcode::kCommand, {{"command", "checkpoint"}}},
   };
   std::mt19937_64 rng(20261201);
@@ -129,7 +134,12 @@ TEST(MasterHandlersTest, DamagedRequestsAreAnsweredAndTheMasterKeepsServing) {
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->frames.size(), 1u);
   EXPECT_EQ(got->frames[0].to_string(), "value");
-  auto beat = call(EncodeJson(Opcode::kHeartbeat, {{"role", "trainer"}, {"rank", 0}}));
+  // Without its registration, or with another's, a trainer is refused.
+  auto anonymous = call(EncodeJson(Opcode::kHeartbeat, {{"role", "trainer"}, {"rank", 0}}));
+  EXPECT_EQ(anonymous.status().code(), StatusCode::kInvalidArgument) << anonymous.status();
+  auto impostor = call(EncodeJson(Opcode::kHeartbeat, {{"role", "trainer"}, {"rank", 0}, {"incarnation", incarnation + 1}}));
+  EXPECT_EQ(impostor.status().code(), StatusCode::kNotFound) << impostor.status();
+  auto beat = call(EncodeJson(Opcode::kHeartbeat, {{"role", "trainer"}, {"rank", 0}, {"incarnation", incarnation}}));
   ASSERT_TRUE(beat.ok()) << beat.status();
   auto state = DecodeJson(*beat);
   ASSERT_TRUE(state.ok()) << state.status();

@@ -19,16 +19,17 @@
 # Exits non-zero if any process failed; leaves no process behind either way.
 #
 # --max_restarts R (default 0; like torchrun's --max-restarts): while the master
-# runs, a parameter server that exits with a non-zero code or is killed is
-# replaced by a new one (the next free index, the same --ps_flags), at most R
-# times in all; the master rolls the job back to its newest checkpoint and adds
-# the newcomer (the config needs checkpoint.dir). A replaced server does not by
-# itself make this script fail: the master's exit code says whether the job
-# recovered. Not restarted: a server that exits 2 (the master told it the job
-# was aborted: the job is ending), servers added with --add_ps (their exit
-# codes cannot be seen), and trainers (a trainer cannot rejoin a running job
-# yet: a trainer that dies ends the job).
-#
+# runs, a parameter server or trainer that exits with a non-zero code or is
+# killed is started again, at most R times in all. A server comes back as a
+# new one (the next free index, the same --ps_flags): the master rolls the job
+# back to its newest checkpoint and adds it. A trainer comes back with the same
+# rank (log trainer<r>.restart<k>.log, metrics appended to trainer<r>.jsonl):
+# the master rolls the job back and the trainers rebuild their collective
+# with it. A replaced process does not by itself make this script fail: the
+# master's exit code says whether the job recovered. Not restarted: a process
+# that exits 2 (the master told it the job was aborted or that it was
+# replaced), servers added with --add_ps (their exit codes cannot be seen),
+# and the master.
 # --add_ps N, on a job this script is running in DIR (no --config): starts N
 # more servers, detached from this invocation (setsid), that register with the
 # job's master (address from DIR/master.endpoint) and are added at the next
@@ -222,7 +223,8 @@ rm -f "$RUN_DIR"/master.endpoint "$RUN_DIR"/master.pid "$RUN_DIR"/added_ps.pids 
 PIDS=()
 NAMES=()
 CODES=()     # by index into PIDS: the exit code, once collected
-REPLACED=()  # by index into PIDS: 1 for a server restarted in its place
+REPLACED=()  # by index into PIDS: 1 for a process restarted in its place
+RANKS=()     # by index into PIDS: a trainer's rank
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
   rm -f "$RUN_DIR/master.pid"  # no more --add_ps for this job
@@ -267,12 +269,15 @@ start_ps() {
   PIDS+=("$!"); NAMES+=("ps$1")
 }
 for i in $(seq 0 $((NUM_PS - 1))); do start_ps "$i"; done
-for r in $(seq 0 $((NUM_TRAINERS - 1))); do
+# Starts trainer $1 as a child, named $2 (its log $2.log); a replacement
+# appends to the same metrics file.
+start_trainer() {
   # shellcheck disable=SC2086  # the flags are meant to split into words
-  "$TRAINER_BIN" --master "$MASTER" --rank "$r" --world "$NUM_TRAINERS" \
-    --metrics_file "$RUN_DIR/trainer$r.jsonl" ${TRAINER_FLAGS//\{r\}/$r} >"$RUN_DIR/trainer$r.log" 2>&1 &
-  PIDS+=("$!"); NAMES+=("trainer$r")
-done
+  "$TRAINER_BIN" --master "$MASTER" --rank "$1" --world "$NUM_TRAINERS" \
+    --metrics_file "$RUN_DIR/trainer$1.jsonl" ${TRAINER_FLAGS//\{r\}/$1} >"$RUN_DIR/$2.log" 2>&1 &
+  PIDS+=("$!"); NAMES+=("$2"); RANKS[${#PIDS[@]}-1]="$1"
+}
+for r in $(seq 0 $((NUM_TRAINERS - 1))); do start_trainer "$r" "trainer$r"; done
 # Written once the first servers have their indices: --add_ps looks for it.
 echo "$MASTER_PID" >"$RUN_DIR/master.pid"
 
@@ -288,7 +293,7 @@ while kill -0 "$MASTER_PID" 2>/dev/null; do
     break
   fi
   for idx in "${!PIDS[@]}"; do
-    [[ "${NAMES[$idx]}" == ps* ]] || continue
+    [ "${NAMES[$idx]}" = master ] && continue
     [ -n "${CODES[$idx]:-}" ] && continue
     kill -0 "${PIDS[$idx]}" 2>/dev/null && continue
     wait "${PIDS[$idx]}"
@@ -302,11 +307,19 @@ while kill -0 "$MASTER_PID" 2>/dev/null; do
       continue
     fi
     kill -0 "$MASTER_PID" 2>/dev/null || break
-    k="$(claim_ps_index)" || continue
-    RESTARTS=$((RESTARTS + 1))
-    REPLACED[idx]=1
-    start_ps "$k"
-    echo "launch_local: ${NAMES[$idx]} exited with code $code; started ps$k in its place (restart $RESTARTS of $MAX_RESTARTS)" >&2
+    if [[ "${NAMES[$idx]}" == ps* ]]; then
+      k="$(claim_ps_index)" || continue
+      RESTARTS=$((RESTARTS + 1))
+      REPLACED[idx]=1
+      start_ps "$k"
+      echo "launch_local: ${NAMES[$idx]} exited with code $code; started ps$k in its place (restart $RESTARTS of $MAX_RESTARTS)" >&2
+    else
+      r="${RANKS[$idx]}"
+      RESTARTS=$((RESTARTS + 1))
+      REPLACED[idx]=1
+      start_trainer "$r" "trainer$r.restart$RESTARTS"
+      echo "launch_local: ${NAMES[$idx]} exited with code $code; started trainer $r again (restart $RESTARTS of $MAX_RESTARTS, log trainer$r.restart$RESTARTS.log)" >&2
+    fi
   done
   sleep 0.2
 done

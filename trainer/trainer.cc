@@ -79,6 +79,7 @@ Status Trainer::Register() {
   TESSERA_ASSIGN_OR_RETURN(json j, RegisterWithMaster(client_.get(), master_peer_, options_.master, body,
                                                       milliseconds(options_.register_timeout_ms)));
   heartbeat_ms_ = j.value("heartbeat_ms", heartbeat_ms_);
+  incarnation_ = j.value("incarnation", int64_t{0});
   peer_timeout_ms_ = j.value("peer_timeout_ms", peer_timeout_ms_);
   LOG(INFO) << "trainer " << options_.rank << "/" << options_.world << " registered with " << options_.master;
   return Status::OK();
@@ -88,7 +89,8 @@ StatusOr<json> Trainer::WaitStart(int64_t after) {
   // The master answers once every member has registered and the shards exist
   // (or, after a change of the servers, once the new ones hold their rows).
   auto reply = client_->CallSync(
-      master_peer_, EncodeJson(Opcode::kWaitStart, json{{"rank", options_.rank}, {"generation", after}}),
+      master_peer_, EncodeJson(Opcode::kWaitStart,
+                               json{{"rank", options_.rank}, {"incarnation", incarnation_}, {"generation", after}}),
       milliseconds(24LL * 3600 * 1000));
   if (!reply.ok()) return reply.status().WithContext("waiting for the job to start");
   TESSERA_ASSIGN_OR_RETURN(json start, DecodeJsonFrame(*reply, 0));
@@ -142,7 +144,7 @@ void Trainer::HeartbeatLoop() {
   for (;;) {
     cv_.wait_for(lock, milliseconds(heartbeat_ms_), [this] { return stop_heartbeat_ || !pending_progress_.is_null(); });
     if (stop_heartbeat_) return;
-    json body = {{"role", "trainer"}, {"rank", options_.rank}};
+    json body = {{"role", "trainer"}, {"rank", options_.rank}, {"incarnation", incarnation_}};
     if (!pending_progress_.is_null()) body["progress"] = std::move(pending_progress_);
     pending_progress_ = json();
     lock.unlock();
@@ -269,7 +271,10 @@ Status Trainer::Train(const json& start, json* report) {
   if (!job.checkpoint.dir.empty()) lo.checkpoint_requested = &checkpoint_requested_;
   lo.barrier = [&](int64_t step) -> Status {
     Message m = EncodeJson(Opcode::kCheckpointBarrier,
-                           json{{"rank", options_.rank}, {"step", step}, {"generation", generation}});
+                           json{{"rank", options_.rank},
+                                {"incarnation", incarnation_},
+                                {"step", step},
+                                {"generation", generation}});
     if (options_.rank == 0) {
       TESSERA_ASSIGN_OR_RETURN(std::string bytes, save_state());
       m.AddString(bytes);
@@ -290,10 +295,12 @@ Status Trainer::Train(const json& start, json* report) {
     }
     return Status::OK();
   };
-  lo.on_progress = [this](const json& p) {
+  lo.on_progress = [this, generation](const json& p) {
     LOG(INFO) << "trainer " << options_.rank << " step " << p["step"] << " loss " << p["loss"] << " examples/s "
               << p["examples_per_s"];
-    SendProgress(p);
+    json q = p;
+    q["generation"] = generation;
+    SendProgress(q);
   };
   TrainingLoop loop(job, lo, data.get(), &embeddings, &local_tables, collective.get(), &model, &optimizer);
   LOG(INFO) << "trainer " << options_.rank << ": training " << loop.TotalSteps() << " steps of batch "
@@ -429,6 +436,7 @@ Status Trainer::Run() {
     if (!fatal_.ok()) st = fatal_;
   }
   report["rank"] = options_.rank;
+  report["incarnation"] = incarnation_;
   report["ok"] = st.ok();
   if (!st.ok()) report["error"] = st.ToString();
   auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kReportDone, report), milliseconds(10000));

@@ -83,6 +83,9 @@ class Trainer {
   TrainerOptions options_;
   std::unique_ptr<RpcClient> client_;
   int master_peer_ = -1;
+  // This trainer's registration: every request to the master carries it, so
+  // a replacement of the same rank is told apart from a replaced trainer.
+  int64_t incarnation_ = 0;
   std::unique_ptr<Store> store_;  // the master's store (MasterStore), where the collectives meet
   int64_t heartbeat_ms_ = 500;
   int64_t peer_timeout_ms_ = 10000;

@@ -210,6 +210,59 @@ TEST(ElasticTest, SigtermDrainsAServerWhichThenExitsZero) {
   std::filesystem::remove_all(root);
 }
 
+TEST(ElasticTest, KilledTrainerIsReplacedAndTheJobEndsLikeAnUndisturbedRun) {
+  Undisturbed();
+  const std::string root = TempRoot("kill_trainer");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_kill_trainer");
+  ASSERT_TRUE(c.StartJob(Job(root), 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+  const int64_t step = SeededStep(kEvery + 5, kSteps / 2, 5);
+  ASSERT_TRUE(c.WaitForSteps(1, step, milliseconds(60000))) << c.Log("master");
+  c.Kill("trainer1", SIGKILL);
+  // Started at once, as a supervisor would: it waits until the master has
+  // found the rank's holder lost, then takes the rank.
+  ASSERT_TRUE(c.StartTrainer(1, 2, "trainer1_replacement").ok());
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master") << c.Log("trainer1_replacement");
+  const std::string log = c.Log("master");
+  EXPECT_NE(log.find("[master] lost trainer 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("rolling back to step"), std::string::npos) << log;
+  EXPECT_EQ(c.Wait("trainer1_replacement", milliseconds(20000)), 0) << c.Log("trainer1_replacement");
+  EXPECT_EQ(c.Wait("trainer0", milliseconds(20000)), 0) << c.Log("trainer0");
+  for (const char* p : {"ps0", "ps1"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
+  const auto m = c.Metrics(0);
+  ASSERT_FALSE(m.empty());
+  EXPECT_EQ(m.back()["step"], kSteps - 1);
+  EXPECT_EQ(m.back()["generation"].get<int>(), 3);  // 1, then lost (2), then restored (3)
+  EXPECT_GT(m.size(), static_cast<size_t>(kSteps));  // the steps after the checkpoint, twice
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
+TEST(ElasticTest, StoppedTrainerIsFencedWhenItWakesAndItsReplacementFinishes) {
+  Undisturbed();
+  const std::string root = TempRoot("stop_trainer");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_stop_trainer");
+  json job = Job(root);
+  // The other trainer waits in the allreduce for the stopped one this long.
+  job["runtime"]["collective_timeout_ms"] = 4000;
+  ASSERT_TRUE(c.StartJob(job, 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+  const int64_t step = SeededStep(kEvery + 5, kSteps / 2, 6);
+  ASSERT_TRUE(c.WaitForSteps(0, step, milliseconds(60000))) << c.Log("master");
+  c.Kill("trainer0", SIGSTOP);
+  ASSERT_TRUE(c.StartTrainer(0, 2, "trainer0_replacement").ok());
+  ASSERT_TRUE(c.WaitForLog("master", "[master] recovered", milliseconds(60000))) << c.Log("master");
+  c.Kill("trainer0", SIGCONT);
+  // Its late requests carry a registration the rank no longer has: refused.
+  EXPECT_EQ(c.Wait("trainer0", milliseconds(20000)), 2) << c.Log("trainer0");
+  EXPECT_NE(c.Log("trainer0").find("was replaced"), std::string::npos) << c.Log("trainer0");
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  EXPECT_EQ(c.Wait("trainer0_replacement", milliseconds(20000)), 0) << c.Log("trainer0_replacement");
+  EXPECT_EQ(c.Wait("trainer1", milliseconds(20000)), 0) << c.Log("trainer1");
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
 TEST(ElasticTest, BadRemoveRequestsAreRefusedAndChangeNothing) {
   const std::string root = TempRoot("bad_remove");
   std::filesystem::remove_all(root);

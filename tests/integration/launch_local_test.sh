@@ -4,8 +4,10 @@
 #   a) --add_ps 1 on a running 2-server job: the server registers, the master
 #      runs generation 2 on 3 servers, the job finishes and the launcher exits
 #      0 with the added server gone; --add_ps on a finished job is refused.
-#   b) --max_restarts 1: a server killed (SIGKILL) mid-job is replaced by the
-#      launcher, the master recovers, the job finishes, the launcher exits 0.
+#   b) --max_restarts 2: a server killed (SIGKILL) mid-job is replaced by the
+#      launcher, the master recovers; then a trainer killed is started again
+#      with its rank, the master recovers again; the job finishes, the
+#      launcher exits 0.
 #   c) SIGTERM to the launcher of a job with an added server: every process of
 #      the job, the added server included, is gone.
 #
@@ -225,10 +227,13 @@ a() {
   fi
 }
 
-# ---- b) --max_restarts: a killed server is replaced ----
+# shellcheck disable=SC2317  # called through wait_until
+recovered_twice() { [ "$(grep -c -F "[master] recovered" "$1")" -ge 2 ]; }
+
+# ---- b) --max_restarts: a killed server, then a killed trainer, replaced ----
 b() {
   local dir="$TMP/run_b" code victim="" pid
-  start_job b 600 --max_restarts 1
+  start_job b 1200 --max_restarts 2
   wait_for_training b || return
   for pid in $(pgrep -P "$LPID"); do
     if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = tessera_ps ]; then victim=$pid; break; fi
@@ -238,7 +243,7 @@ b() {
     return
   fi
   kill -KILL "$victim"
-  if wait_until 15 log_has "$TMP/b.out" "exited with code 137; started ps2 in its place (restart 1 of 1)"; then
+  if wait_until 15 log_has "$TMP/b.out" "exited with code 137; started ps2 in its place (restart 1 of 2)"; then
     pass "b: $(grep -m1 -F "started ps2 in its place" "$TMP/b.out")"
   else
     fail "b: the launcher did not restart the killed server (pid $victim)"
@@ -251,9 +256,31 @@ b() {
     fail "b: the master log shows no '[master] recovered'"
     show "$dir/master.log" "$dir/ps2.log"
   fi
+  victim=""
+  for pid in $(pgrep -P "$LPID"); do
+    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = tessera_trainer ]; then victim=$pid; break; fi
+  done
+  if [ -z "$victim" ]; then
+    fail "b: found no tessera_trainer child of the launcher"
+    return
+  fi
+  kill -KILL "$victim"
+  if wait_until 15 log_has "$TMP/b.out" "exited with code 137; started trainer"; then
+    pass "b: $(grep -m1 -F "started trainer" "$TMP/b.out")"
+  else
+    fail "b: the launcher did not restart the killed trainer (pid $victim)"
+    show "$TMP/b.out"
+  fi
+  snapshot "$dir" "$LPID"
+  if wait_until 60 recovered_twice "$dir/master.log"; then
+    pass "b: master: $(grep -F "[master] lost trainer" "$dir/master.log" | cut -c1-120)"
+  else
+    fail "b: the master log shows no second '[master] recovered'"
+    show "$dir/master.log" "$TMP/b.out"
+  fi
   wait_launcher "$LPID" 150; code=$CODE
   if [ "$code" -eq 0 ]; then
-    pass "b: the job finished after the restart, the launcher exited 0"
+    pass "b: the job finished after the restarts, the launcher exited 0"
   else
     fail "b: the launcher exited with code $code"
     show "$TMP/b.out" "$dir/master.log" "$dir/ps2.log"

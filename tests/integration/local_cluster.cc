@@ -87,11 +87,11 @@ Status LocalCluster::StartPs(int index, const std::vector<std::string>& extra_ar
   return Spawn("ps" + std::to_string(index), TESSERA_PS_BIN, args);
 }
 
-Status LocalCluster::StartTrainer(int rank, int world) {
-  const std::string name = "trainer" + std::to_string(rank);
-  return Spawn(name, TESSERA_TRAINER_BIN,
+Status LocalCluster::StartTrainer(int rank, int world, const std::string& name) {
+  const std::string trainer = "trainer" + std::to_string(rank);
+  return Spawn(name.empty() ? trainer : name, TESSERA_TRAINER_BIN,
                {"--master", master_, "--rank", std::to_string(rank), "--world", std::to_string(world),
-                "--metrics_file", dir_ + "/" + name + ".jsonl"});
+                "--metrics_file", dir_ + "/" + trainer + ".jsonl"});
 }
 
 Status LocalCluster::StartJob(const nlohmann::json& config, int num_ps, int num_trainers,

@@ -28,7 +28,9 @@ class LocalCluster {
   Status StartMaster(const nlohmann::json& config, const std::vector<std::string>& extra_args = {});
   // {i} in an argument becomes the server's index (a folder per server).
   Status StartPs(int index, const std::vector<std::string>& extra_args = {});
-  Status StartTrainer(int rank, int world);
+  // `name` names the process and its log (default "trainer<rank>"; another
+  // for a replacement); the metrics always go to trainer<rank>.jsonl.
+  Status StartTrainer(int rank, int world, const std::string& name = "");
   // The whole job: master, num_ps servers, num_trainers trainers.
   Status StartJob(const nlohmann::json& config, int num_ps, int num_trainers,
                   const std::vector<std::string>& master_args = {}, const std::vector<std::string>& ps_args = {});

@@ -70,9 +70,20 @@ TEST_P(LossFallsTest, WithTwoServersAndTwoTrainers) {
 INSTANTIATE_TEST_SUITE_P(Modes, LossFallsTest, ::testing::Values("sync", "async", "async_prefetch"),
                          [](const auto& info) { return info.param; });
 
-TEST(TrainingTest, KilledTrainerEndsTheJobWithAClearError) {
-  testing::LocalCluster cluster("kill_trainer");
-  ASSERT_TRUE(cluster.StartJob(SyntheticJob(1000000, 1, 2), 1, 2).ok());
+// A lost trainer that is not to be recovered from (runtime.recover_lost_trainers
+// false), or whose replacement never comes, ends the job with an error that
+// names it.
+class KilledTrainerTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KilledTrainerTest, EndsTheJobWithAClearError) {
+  testing::LocalCluster cluster("kill_trainer_" + GetParam());
+  json job = SyntheticJob(1000000, 1, 2);
+  if (GetParam() == "not_recovered") {
+    job["runtime"]["recover_lost_trainers"] = false;
+  } else {
+    job["runtime"]["trainer_replacement_wait_ms"] = 1500;
+  }
+  ASSERT_TRUE(cluster.StartJob(job, 1, 2).ok());
   // Let it train a little.
   for (int i = 0; i < 600 && cluster.Metrics(0).size() < 20; ++i) std::this_thread::sleep_for(milliseconds(50));
   ASSERT_GE(cluster.Metrics(0).size(), 20u) << cluster.Log("master") << cluster.Log("trainer0");
@@ -86,11 +97,17 @@ TEST(TrainingTest, KilledTrainerEndsTheJobWithAClearError) {
   // The reason names the dead trainer, not the survivor whose allreduce broke.
   EXPECT_NE(log.find("JOB FAILED: UNAVAILABLE: trainer 1 (host"), std::string::npos) << log;
   EXPECT_NE(log.find("died or hangs"), std::string::npos) << log;
+  if (GetParam() == "no_replacement") {
+    EXPECT_NE(log.find("no replacement trainer 1 registered within"), std::string::npos) << log;
+  }
   // Nobody is left behind: the server and the surviving trainer end too.
   EXPECT_NE(cluster.Wait("trainer0", milliseconds(15000)), -1) << cluster.Log("trainer0");
   EXPECT_NE(cluster.Wait("trainer0", milliseconds(0)), 0);
   EXPECT_NE(cluster.Wait("ps0", milliseconds(15000)), -1) << cluster.Log("ps0");
 }
+
+INSTANTIATE_TEST_SUITE_P(Recovery, KilledTrainerTest, ::testing::Values("not_recovered", "no_replacement"),
+                         [](const auto& info) { return info.param; });
 
 TEST(TrainingTest, BadConfigFailsAtOnceWithTheReason) {
   testing::LocalCluster cluster("bad_config");
