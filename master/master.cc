@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <random>
 #include <thread>
 
 #include <glog/logging.h>
@@ -22,6 +23,8 @@ StatusOr<std::unique_ptr<Master>> Master::Start(const MasterOptions& options, co
   m->options_ = options;
   m->job_ = job;
   m->trainers_.resize(job.cluster.num_trainers);
+  m->master_id_ = static_cast<int64_t>(std::random_device{}() & 0x7fffffffu) << 31 | std::random_device{}() >> 1;
+  if (m->master_id_ == 0) m->master_id_ = 1;
   m->barrier_ = StepBarrier<Responder>(job.cluster.num_trainers);
   Master* self = m.get();
   // Handlers only update membership and answer: the I/O thread runs them.
@@ -82,8 +85,15 @@ Status Master::WaitForMembers() {
     if (AbortRequested(&reason)) return reason;
     int trainers = 0;
     for (const auto& t : trainers_) trainers += t.has_value();
-    if (static_cast<int>(ps_.size()) == job_.cluster.num_ps && trainers == job_.cluster.num_trainers) return Status::OK();
     const auto now = Clock::now();
+    if (trainers == job_.cluster.num_trainers) {
+      if (static_cast<int>(ps_.size()) == job_.cluster.num_ps) return Status::OK();
+      // Taking over: servers that died with the old master never come back.
+      const bool waited = now - started_at_ > milliseconds(job_.runtime.peer_timeout_ms);
+      if (options_.recover && (static_cast<int>(ps_.size()) > job_.cluster.num_ps || (waited && !ps_.empty()))) {
+        return Status::OK();
+      }
+    }
     int dead_ps = -1;
     TESSERA_RETURN_IF_ERROR(FindDeadMember(now, &dead_ps));
     if (now > deadline) {
@@ -107,6 +117,11 @@ Status Master::StartJob() {
   if (options_.resume) {
     TESSERA_ASSIGN_OR_RETURN(from, NewestRestorePoint(/*required=*/true));
     std::cout << "[master] resuming from " << from.dir << " at step " << from.step << std::endl;
+  } else if (options_.recover) {
+    TESSERA_ASSIGN_OR_RETURN(from, NewestRestorePoint(/*required=*/false));
+    std::cout << "[master] took the job over from its lost master; rolling back to step " << from.step << " ("
+              << (from.dir.empty() ? "no checkpoint: from the start" : from.dir) << ") on " << members.size()
+              << " parameter server(s)" << std::endl;
   }
   TESSERA_RETURN_IF_ERROR(StartGeneration(members, from));
   started_at_ = Clock::now();

@@ -62,6 +62,14 @@ struct MasterOptions {
   // Start from the newest complete checkpoint under checkpoint.dir, re-planned
   // for the servers of this run (their number may differ).
   bool resume = false;
+  // Take over a job whose master died: its live servers and trainers
+  // re-register with this one (they retry the address for
+  // runtime.master_reconnect_ms), and the job rolls back to its newest
+  // checkpoint, or to step 0 without one. Servers beyond the config's count
+  // are welcome (servers may have been added); the job starts once every
+  // trainer and the config's count of servers (or, after a peer timeout, at
+  // least one) have registered.
+  bool recover = false;
   // Fault injection for tests: called in the middle of the Nth checkpoint
   // (servers snapshotted, manifest not yet written); main() ends the process
   // there. 0 = never.
@@ -217,6 +225,10 @@ class Master {
   MasterOptions options_;
   JobConfig job_;
   std::string endpoint_;
+  // Names this master among the job's masters: members send it back in
+  // their heartbeats, so a member of a master that died is told to register
+  // again instead of being taken for a stranger (or fenced).
+  int64_t master_id_ = 0;
   std::unique_ptr<RpcServer> server_;
   std::unique_ptr<RpcClient> client_;
   std::map<int, int> ps_peers_;  // member id -> RpcClient peer; monitor thread only

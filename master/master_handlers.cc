@@ -1,6 +1,8 @@
 // The master's request handlers: registration, heartbeats, start, done, and
 // the rendezvous store. They run on the RPC server's I/O thread, so each only
 // takes the lock, updates membership and answers (or parks the answer).
+#include <algorithm>
+
 #include <glog/logging.h>
 
 #include "common/messages.h"
@@ -59,10 +61,16 @@ void Master::HandleRegister(const json& body, Responder& r) {
     r.ReplyError(Status::FailedPrecondition("the job has ended"));
     return;
   }
-  json reply = {{"heartbeat_ms", job_.runtime.heartbeat_ms}, {"peer_timeout_ms", job_.runtime.peer_timeout_ms}};
+  json reply = {{"heartbeat_ms", job_.runtime.heartbeat_ms},
+                {"peer_timeout_ms", job_.runtime.peer_timeout_ms},
+                {"master_reconnect_ms", job_.runtime.master_reconnect_ms},
+                {"master_id", master_id_}};
+  // A member of a lost master says which generation it ran: this master's
+  // generations go on above it, so requests of the old plan stay refused.
+  const int64_t member_generation = body.value("generation", int64_t{0});
   if (role == "ps") {
     const bool started = state_ != State::kWaiting;
-    if (!started && static_cast<int>(ps_.size()) >= job_.cluster.num_ps) {
+    if (!started && !options_.recover && static_cast<int>(ps_.size()) >= job_.cluster.num_ps) {
       r.ReplyError(Status::FailedPrecondition("the job needs only " + std::to_string(job_.cluster.num_ps) +
                                               " parameter server(s), all registered"));
       return;
@@ -124,6 +132,7 @@ void Master::HandleRegister(const json& body, Responder& r) {
     r.ReplyError(Status::InvalidArgument("unknown role '" + role + "'"));
     return;
   }
+  if (state_ == State::kWaiting) generation_ = std::max(generation_, member_generation);
   cv_.notify_all();
   r.Reply(EncodeJsonReply(r.request_header(), reply));
 }
@@ -142,8 +151,16 @@ void Master::HandleHeartbeat(const json& body, Responder& r) {
     examples = p.value("examples", 1.0);
     examples_per_s = p.at("examples_per_s").get<double>();
   }
+  const int64_t member_of = body.value("master_id", int64_t{0});
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = Clock::now();
+  if (member_of != 0 && member_of != master_id_) {
+    // Its master died and this one took over (--recover): not a stranger,
+    // and not fenced either; it registers again.
+    r.ReplyError(Status::FailedPrecondition("registered with another master of this address (" +
+                                            std::to_string(member_of) + "), which is gone: register again"));
+    return;
+  }
   if (role == "ps" && ps_.count(rank) > 0) {
     // A server the master dropped (it was silent too long) is not found
     // here: its heartbeat is refused and it stops.

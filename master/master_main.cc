@@ -29,6 +29,9 @@ DEFINE_string(dump_dir, "", "At the end, servers dump shards and trainer 0 its d
 DEFINE_string(summary_file, "", "Write the job summary (JSON) here");
 DEFINE_bool(print_plan, false, "Print the sharding plan for --num_ps servers and exit");
 DEFINE_bool(resume, false, "Start from the newest complete checkpoint under the config's checkpoint.dir");
+DEFINE_bool(recover, false,
+            "Take over a running job whose master died (bind the same address): its servers and trainers "
+            "re-register and the job goes on from its newest checkpoint (step 0 without one)");
 DEFINE_string(control, "",
               "Send a command to a running master (--master) and exit: checkpoint, or remove_ps ID (drain "
               "parameter server ID to the others and shut it down)");
@@ -157,6 +160,7 @@ int main(int argc, char** argv) {
   options.register_timeout_ms = FLAGS_register_timeout_ms;
   options.dump_dir = FLAGS_dump_dir;
   options.resume = FLAGS_resume;
+  options.recover = FLAGS_recover;
   options.crash_in_checkpoint = FLAGS_test_crash_in_checkpoint;
   options.crash_hook = [] {
     google::FlushLogFiles(google::GLOG_INFO);

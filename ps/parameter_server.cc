@@ -24,6 +24,7 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Paramete
   // The rank is known only after registration; the service learns it then.
   PsServiceOptions service_options;
   service_options.store_factory = MakeRowStoreFactory(options.storage);
+  service_options.before_control = options.before_control;
   ps->service_ = std::make_unique<PsService>(service_options);
   PsService* service = ps->service_.get();
   TESSERA_ASSIGN_OR_RETURN(
@@ -46,12 +47,17 @@ Status ParameterServer::Register() {
                {"endpoint", endpoint_},
                {"host", options_.host_group.empty() ? std::string(host) : options_.host_group},
                {"memory_bytes", options_.memory_bytes},
-               {"pid", static_cast<int64_t>(getpid())}};
+               {"pid", static_cast<int64_t>(getpid())},
+               // Re-registering with a master that took over: the plan it
+               // follows, which the new master's generations go on from.
+               {"generation", service_->plan_version()}};
   TESSERA_ASSIGN_OR_RETURN(json j, RegisterWithMaster(client_.get(), master_peer_, options_.master, body,
                                                       milliseconds(options_.register_timeout_ms)));
   rank_ = j.value("rank", -1);
   heartbeat_ms_ = j.value("heartbeat_ms", heartbeat_ms_);
   peer_timeout_ms_ = j.value("peer_timeout_ms", peer_timeout_ms_);
+  master_reconnect_ms_ = j.value("master_reconnect_ms", master_reconnect_ms_);
+  master_id_ = j.value("master_id", int64_t{0});
   service_->set_rank(rank_);
   LOG(INFO) << "registered with the master " << options_.master << " as ps " << rank_ << " (" << endpoint_ << ")";
   return Status::OK();
@@ -83,7 +89,7 @@ Status ParameterServer::Run() {
         return stop_reason_;
       }
     }
-    json body = {{"role", "ps"}, {"rank", rank_}, {"stats", service_->Stats()}};
+    json body = {{"role", "ps"}, {"rank", rank_}, {"master_id", master_id_}, {"stats", service_->Stats()}};
     auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kHeartbeat, body), milliseconds(heartbeat_ms_ * 2));
     const auto now = std::chrono::steady_clock::now();
     if (reply.ok()) {
@@ -94,14 +100,21 @@ Status ParameterServer::Run() {
         service_->Abort(Status::Aborted(reason));
         return Status::Aborted(reason);
       }
+    } else if (reply.status().code() == StatusCode::kFailedPrecondition) {
+      // The master died and another took over its address (--recover). The
+      // shards stay as they are until the new master re-creates them.
+      LOG(WARNING) << "ps " << rank_ << ": " << reply.status().message();
+      TESSERA_RETURN_IF_ERROR(Register().WithContext("registering with the master that took over"));
+      last_contact = std::chrono::steady_clock::now();
+      continue;
     } else if (reply.status().code() != StatusCode::kDeadlineExceeded) {
       // The master answered with an error: it no longer knows this server.
       service_->Abort(reply.status());
       return reply.status().WithContext("heartbeat");
     }
-    if (now - last_contact > milliseconds(peer_timeout_ms_)) {
+    if (now - last_contact > milliseconds(master_reconnect_ms_)) {
       Status lost = Status::Unavailable("lost contact with the master " + options_.master + " for over " +
-                                        std::to_string(peer_timeout_ms_) + " ms");
+                                        std::to_string(master_reconnect_ms_) + " ms (runtime.master_reconnect_ms)");
       service_->Abort(lost);
       return lost;
     }

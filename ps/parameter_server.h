@@ -3,6 +3,7 @@
 // master says so (or exit with an error when the master is gone).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,6 +36,8 @@ struct ParameterServerOptions {
   ShardStorageOptions storage;
   // How long to keep trying to reach the master at start.
   int64_t register_timeout_ms = 120000;
+  // Fault injection for tests (see PsServiceOptions::before_control).
+  std::function<void(Opcode)> before_control;
 };
 
 class ParameterServer {
@@ -68,6 +71,10 @@ class ParameterServer {
   int rank_ = -1;
   int64_t heartbeat_ms_ = 500;
   int64_t peer_timeout_ms_ = 10000;
+  int64_t master_reconnect_ms_ = 60000;
+  // The master registered with: a master that took over (--recover) has
+  // another id and has this server register again.
+  int64_t master_id_ = 0;
   std::mutex stop_mu_;
   Status stop_reason_;  // GUARDED_BY(stop_mu_): OK while running
 };

@@ -3,7 +3,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include <gflags/gflags.h>
@@ -31,6 +33,9 @@ DEFINE_int64(gpu_tier_min_rows, 16384,
 DEFINE_bool(gpu_tier_on_host, false,
             "Testing: run the GPU tier's logic with its rows in host memory (needs --gpu_bytes), no GPU needed");
 DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
+DEFINE_string(test_crash_on, "",
+              "Fault injection for tests: OP:N ends the process (exit 9) when the Nth request OP "
+              "(create_shards, snapshot) arrives, before it is handled");
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("tessera_ps --master tcp://HOST:PORT [--bind tcp://0.0.0.0:0 --advertise_host HOST]");
@@ -67,6 +72,23 @@ int main(int argc, char** argv) {
   options.memory_bytes = FLAGS_memory_bytes;
   options.storage.rocksdb_path = FLAGS_rocksdb_path;
   options.storage.host_bytes = FLAGS_host_bytes;
+  if (!FLAGS_test_crash_on.empty()) {
+    const size_t colon = FLAGS_test_crash_on.find(':');
+    const std::string name = FLAGS_test_crash_on.substr(0, colon);
+    const int nth = colon == std::string::npos ? 0 : std::atoi(FLAGS_test_crash_on.c_str() + colon + 1);
+    const tessera::Opcode op = name == "create_shards" ? tessera::Opcode::kCreateShards : tessera::Opcode::kSnapshot;
+    if ((name != "create_shards" && name != "snapshot") || nth < 1) {
+      LOG(ERROR) << "--test_crash_on: expected create_shards:N or snapshot:N, not '" << FLAGS_test_crash_on << "'";
+      return 1;
+    }
+    auto seen = std::make_shared<std::atomic<int>>(0);
+    options.before_control = [op, nth, seen, name](tessera::Opcode got) {
+      if (got != op || ++*seen != nth) return;
+      LOG(ERROR) << "--test_crash_on " << name << ":" << nth << ": exiting";
+      google::FlushLogFiles(google::GLOG_INFO);
+      std::_Exit(9);
+    };
+  }
   auto ps = tessera::ParameterServer::Start(options);
   if (!ps.ok()) {
     LOG(ERROR) << "parameter server failed to start: " << ps.status();

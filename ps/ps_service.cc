@@ -30,9 +30,17 @@ std::string ContextName(uint32_t trainer, uint64_t step) {
 }  // namespace
 
 PsService::PsService(PsServiceOptions options)
-    : ps_rank_(options.ps_rank), store_factory_(options.store_factory), shards_(std::make_shared<ShardMap>()), last_expiry_(Clock::now()) {}
+    : ps_rank_(options.ps_rank),
+      store_factory_(options.store_factory),
+      before_control_(options.before_control),
+      shards_(std::make_shared<ShardMap>()), last_expiry_(Clock::now()) {}
 
 PsService::~PsService() { Abort(Status::Cancelled("parameter server shutting down")); }
+
+uint32_t PsService::plan_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plan_version_;
+}
 
 void PsService::set_rank(int rank) {
   ps_rank_ = rank;
@@ -139,6 +147,7 @@ void PsService::Handle(Message&& request, Responder responder) {
       HandlePush(std::move(request), std::move(responder));
       return;
     default:
+      if (before_control_) before_control_(request.header.op);
       HandleControl(std::move(request), std::move(responder));
   }
 }

@@ -29,6 +29,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,6 +55,9 @@ struct PsServiceOptions {
   int ps_rank = 0;
   // Makes each shard's row store; null keeps rows in memory.
   RowStoreFactory store_factory;
+  // Fault injection for tests: called with each control request's opcode
+  // before it is handled (main() may end the process there).
+  std::function<void(Opcode)> before_control;
 };
 
 class PsService {
@@ -86,6 +90,8 @@ class PsService {
 
   // The rank is assigned by the master at registration.
   void set_rank(int rank);
+  // The version of the plan the shards follow (0: none yet).
+  uint32_t plan_version() const;
 
   // Blocks until a SHUTDOWN request arrived or the deadline passed; true if shut down.
   bool WaitForShutdown(std::chrono::milliseconds timeout);
@@ -128,6 +134,7 @@ class PsService {
 
   std::atomic<int> ps_rank_;
   const RowStoreFactory store_factory_;
+  const std::function<void(Opcode)> before_control_;
   // Drops the current shards once no request uses them (CreateShards).
   Status ReleaseShards();
   // Fills new shards from a checkpoint's (CreateShards).

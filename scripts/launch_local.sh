@@ -18,18 +18,24 @@
 # master.pid. The master's progress lines are echoed here.
 # Exits non-zero if any process failed; leaves no process behind either way.
 #
-# --max_restarts R (default 0; like torchrun's --max-restarts): while the master
-# runs, a parameter server or trainer that exits with a non-zero code or is
-# killed is started again, at most R times in all. A server comes back as a
-# new one (the next free index, the same --ps_flags): the master rolls the job
-# back to its newest checkpoint and adds it. A trainer comes back with the same
-# rank (log trainer<r>.restart<k>.log, metrics appended to trainer<r>.jsonl):
-# the master rolls the job back and the trainers rebuild their collective
-# with it. A replaced process does not by itself make this script fail: the
+# --max_restarts R (default 0; like torchrun's --max-restarts): a process of
+# the job that dies is started again, at most R times in all:
+#   - a parameter server or trainer that exits non-zero or is killed while the
+#     master runs. A server comes back as a new one (the next free index, the
+#     same --ps_flags): the master rolls the job back to its newest checkpoint
+#     and adds it. A trainer comes back with the same rank (log
+#     trainer<r>.restart<k>.log, metrics appended to trainer<r>.jsonl): the
+#     master rolls the job back and the trainers rebuild their collective.
+#   - the master, when a signal killed it: a new one starts on the same
+#     address with --recover (log master.restart<k>.log); the servers and
+#     trainers, which keep retrying the address for
+#     runtime.master_reconnect_ms, register with it and the job goes on from
+#     its newest checkpoint.
+# A replaced process does not by itself make this script fail: the last
 # master's exit code says whether the job recovered. Not restarted: a process
-# that exits 2 (the master told it the job was aborted or that it was
-# replaced), servers added with --add_ps (their exit codes cannot be seen),
-# and the master.
+# that exits 2 (the master told it the job was aborted, or that it was
+# replaced), a master that exits by itself (the job ended, well or not), and
+# servers added with --add_ps (their exit codes cannot be seen).
 # --add_ps N, on a job this script is running in DIR (no --config): starts N
 # more servers, detached from this invocation (setsid), that register with the
 # job's master (address from DIR/master.endpoint) and are added at the next
@@ -225,6 +231,7 @@ NAMES=()
 CODES=()     # by index into PIDS: the exit code, once collected
 REPLACED=()  # by index into PIDS: 1 for a process restarted in its place
 RANKS=()     # by index into PIDS: a trainer's rank
+TAIL_PIDS=() # the echoes of the masters' progress lines
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
   rm -f "$RUN_DIR/master.pid"  # no more --add_ps for this job
@@ -235,17 +242,24 @@ cleanup() {
   for pid in "${PIDS[@]}" "${added[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   sleep 0.5
   for pid in "${PIDS[@]}" "${added[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-  [ -n "${TAIL_PID:-}" ] && kill "$TAIL_PID" 2>/dev/null
+  for pid in "${TAIL_PIDS[@]}"; do kill "$pid" 2>/dev/null; done
   wait 2>/dev/null
 }
 trap cleanup EXIT
 trap 'echo "launch_local: interrupted" >&2; exit 130' INT TERM
 
-"$MASTER_BIN" --config "$CONFIG" --bind tcp://127.0.0.1:0 --endpoint_file "$RUN_DIR/master.endpoint" \
-  --num_ps "$NUM_PS" --num_trainers "$NUM_TRAINERS" --summary_file "$RUN_DIR/summary.json" \
-  "${MASTER_EXTRA[@]}" >"$RUN_DIR/master.log" 2>&1 &
-MASTER_PID=$!
-PIDS+=("$MASTER_PID"); NAMES+=("master")
+# Starts the master as a child, named $1 (its log $1.log), listening on $2,
+# with any further arguments.
+start_master() {
+  local name="$1" bind="$2"
+  shift 2
+  "$MASTER_BIN" --config "$CONFIG" --bind "$bind" --endpoint_file "$RUN_DIR/master.endpoint" \
+    --num_ps "$NUM_PS" --num_trainers "$NUM_TRAINERS" --summary_file "$RUN_DIR/summary.json" \
+    "$@" "${MASTER_EXTRA[@]}" >"$RUN_DIR/$name.log" 2>&1 &
+  MASTER_PID=$!
+  PIDS+=("$MASTER_PID"); NAMES+=("$name")
+}
+start_master master tcp://127.0.0.1:0
 
 for _ in $(seq 1 300); do
   [ -s "$RUN_DIR/master.endpoint" ] && break
@@ -260,7 +274,7 @@ fi
 MASTER="$(cat "$RUN_DIR/master.endpoint")"
 
 tail -n +1 -f "$RUN_DIR/master.log" 2>/dev/null | grep --line-buffered -E '^\[master\]|^Sharding plan|^param|^t_|^bytes per' &
-TAIL_PID=$!
+TAIL_PIDS+=("$!")
 
 # Starts server k as a child; its pid in PIDS, its name in NAMES.
 start_ps() {
@@ -285,7 +299,25 @@ echo "$MASTER_PID" >"$RUN_DIR/master.pid"
 # Meanwhile servers that exit are collected, and replaced while restarts last.
 RESTARTS=0
 DEADLINE=$((SECONDS + TIMEOUT_S))
-while kill -0 "$MASTER_PID" 2>/dev/null; do
+while :; do
+  if ! kill -0 "$MASTER_PID" 2>/dev/null; then
+    # A master killed by a signal is taken over by a new one on its address
+    # (--recover); one that exited on its own ended the job.
+    midx=$((${#PIDS[@]} - 1))
+    while [ "${PIDS[$midx]}" != "$MASTER_PID" ]; do midx=$((midx - 1)); done
+    wait "$MASTER_PID"
+    code=$?
+    CODES[midx]=$code
+    if [ "$code" -lt 128 ] || [ "$RESTARTS" -ge "$MAX_RESTARTS" ]; then break; fi
+    RESTARTS=$((RESTARTS + 1))
+    REPLACED[midx]=1
+    start_master "master.restart$RESTARTS" "$MASTER" --recover
+    echo "$MASTER_PID" >"$RUN_DIR/master.pid"
+    echo "launch_local: ${NAMES[$midx]} exited with code $code; started a master on $MASTER in its place with --recover (restart $RESTARTS of $MAX_RESTARTS, log master.restart$RESTARTS.log)" >&2
+    tail -n +1 -f "$RUN_DIR/master.restart$RESTARTS.log" 2>/dev/null | grep --line-buffered -E '^\[master\]' &
+    TAIL_PIDS+=("$!")
+    continue
+  fi
   if [ $SECONDS -ge $DEADLINE ]; then
     echo "launch_local: job exceeded ${TIMEOUT_S}s; stopping it" >&2
     kill -TERM "$MASTER_PID" 2>/dev/null
@@ -293,7 +325,7 @@ while kill -0 "$MASTER_PID" 2>/dev/null; do
     break
   fi
   for idx in "${!PIDS[@]}"; do
-    [ "${NAMES[$idx]}" = master ] && continue
+    [[ "${NAMES[$idx]}" == master* ]] && continue
     [ -n "${CODES[$idx]:-}" ] && continue
     kill -0 "${PIDS[$idx]}" 2>/dev/null && continue
     wait "${PIDS[$idx]}"

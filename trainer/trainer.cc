@@ -75,12 +75,15 @@ Status Trainer::Register() {
                {"rank", options_.rank},
                {"world", options_.world},
                {"host", host},
-               {"pid", static_cast<int64_t>(getpid())}};
+               {"pid", static_cast<int64_t>(getpid())},
+               {"generation", running_generation_.load()}};
   TESSERA_ASSIGN_OR_RETURN(json j, RegisterWithMaster(client_.get(), master_peer_, options_.master, body,
                                                       milliseconds(options_.register_timeout_ms)));
-  heartbeat_ms_ = j.value("heartbeat_ms", heartbeat_ms_);
+  heartbeat_ms_ = j.value("heartbeat_ms", heartbeat_ms_.load());
   incarnation_ = j.value("incarnation", int64_t{0});
-  peer_timeout_ms_ = j.value("peer_timeout_ms", peer_timeout_ms_);
+  master_id_ = j.value("master_id", int64_t{0});
+  peer_timeout_ms_ = j.value("peer_timeout_ms", peer_timeout_ms_.load());
+  master_reconnect_ms_ = j.value("master_reconnect_ms", master_reconnect_ms_.load());
   LOG(INFO) << "trainer " << options_.rank << "/" << options_.world << " registered with " << options_.master;
   return Status::OK();
 }
@@ -90,7 +93,7 @@ StatusOr<json> Trainer::WaitStart(int64_t after) {
   // (or, after a change of the servers, once the new ones hold their rows).
   auto reply = client_->CallSync(
       master_peer_, EncodeJson(Opcode::kWaitStart,
-                               json{{"rank", options_.rank}, {"incarnation", incarnation_}, {"generation", after}}),
+                               json{{"rank", options_.rank}, {"incarnation", incarnation_.load()}, {"generation", after}}),
       milliseconds(24LL * 3600 * 1000));
   if (!reply.ok()) return reply.status().WithContext("waiting for the job to start");
   TESSERA_ASSIGN_OR_RETURN(json start, DecodeJsonFrame(*reply, 0));
@@ -117,15 +120,32 @@ void Trainer::CancelServerCalls(const Status& why) {
 }
 
 bool Trainer::AwaitNewGeneration(int64_t generation) {
-  // The master notices a lost server within its peer timeout.
-  const auto give_up = std::chrono::steady_clock::now() + milliseconds(peer_timeout_ms_ + 4 * heartbeat_ms_);
+  // The master notices a lost member within its peer timeout.
+  const auto grace = milliseconds(peer_timeout_ms_ + 4 * heartbeat_ms_);
+  auto give_up = std::chrono::steady_clock::now() + grace;
   while (std::chrono::steady_clock::now() < give_up) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!fatal_.ok()) return false;
     }
     if (master_generation_.load() > generation) return true;
+    // A master that recovers (or one that is being replaced) bounds that
+    // itself: it aborts the job, or the heartbeat gives up on it.
+    if (!master_settled_.load()) give_up = std::chrono::steady_clock::now() + grace;
     std::this_thread::sleep_for(milliseconds(std::min<int64_t>(heartbeat_ms_, 50)));
+  }
+  return false;
+}
+
+bool Trainer::AwaitMasterChange(int64_t changes) {
+  const auto give_up = std::chrono::steady_clock::now() + milliseconds(4 * heartbeat_ms_ + 2000);
+  while (std::chrono::steady_clock::now() < give_up) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!fatal_.ok()) return false;
+    }
+    if (master_changes_.load() != changes) return true;
+    std::this_thread::sleep_for(milliseconds(20));
   }
   return false;
 }
@@ -144,7 +164,10 @@ void Trainer::HeartbeatLoop() {
   for (;;) {
     cv_.wait_for(lock, milliseconds(heartbeat_ms_), [this] { return stop_heartbeat_ || !pending_progress_.is_null(); });
     if (stop_heartbeat_) return;
-    json body = {{"role", "trainer"}, {"rank", options_.rank}, {"incarnation", incarnation_}};
+    json body = {{"role", "trainer"},
+                 {"rank", options_.rank},
+                 {"incarnation", incarnation_.load()},
+                 {"master_id", master_id_.load()}};
     if (!pending_progress_.is_null()) body["progress"] = std::move(pending_progress_);
     pending_progress_ = json();
     lock.unlock();
@@ -157,6 +180,7 @@ void Trainer::HeartbeatLoop() {
       if (j.ok() && j->value("state", "") == "aborted") {
         fatal = Status::Aborted("the master aborted the job: " + j->value("reason", std::string("(no reason given)")));
       }
+      master_settled_ = j.ok() && j->value("state", "") == "running";
       if (j.ok() && j->contains("checkpoint")) {
         checkpoint_requested_id_ = std::max<int64_t>(checkpoint_requested_id_, (*j)["checkpoint"].get<int64_t>());
         checkpoint_requested_ = checkpoint_requested_id_.load() > checkpoint_served_id_.load();
@@ -174,11 +198,29 @@ void Trainer::HeartbeatLoop() {
                                               ")"));
         }
       }
+    } else if (reply.status().code() == StatusCode::kFailedPrecondition) {
+      // The master died and another took over its address (--recover): join
+      // it. What was asked of the old one is never answered: cancelled, and
+      // asked again of the new one.
+      LOG(WARNING) << "trainer " << options_.rank << ": " << reply.status().message();
+      master_settled_ = false;
+      Status again = Register();
+      if (again.ok()) {
+        last_contact = std::chrono::steady_clock::now();
+        ++master_changes_;
+        client_->CancelCalls(master_peer_, Status::Cancelled("the master was replaced"));
+      } else {
+        fatal = again.WithContext("registering with the master that took over");
+      }
     } else if (reply.status().code() != StatusCode::kDeadlineExceeded) {
       fatal = Status::Aborted("the master rejected a heartbeat: " + reply.status().ToString());
-    } else if (now - last_contact > milliseconds(peer_timeout_ms_)) {
+    } else if (now - last_contact > milliseconds(master_reconnect_ms_)) {
       fatal = Status::Unavailable("lost contact with the master " + options_.master + " for over " +
-                                  std::to_string(peer_timeout_ms_) + " ms");
+                                  std::to_string(master_reconnect_ms_) + " ms (runtime.master_reconnect_ms)");
+    } else if (now - last_contact > milliseconds(peer_timeout_ms_) && master_settled_.exchange(false)) {
+      LOG(WARNING) << "trainer " << options_.rank << ": no answer from the master " << options_.master
+                   << "; retrying for up to " << master_reconnect_ms_ << " ms (a master restarted with --recover "
+                   << "takes the job over)";
     }
     if (!fatal.ok()) {
       LOG(ERROR) << "trainer " << options_.rank << ": " << fatal;
@@ -272,7 +314,7 @@ Status Trainer::Train(const json& start, json* report) {
   lo.barrier = [&](int64_t step) -> Status {
     Message m = EncodeJson(Opcode::kCheckpointBarrier,
                            json{{"rank", options_.rank},
-                                {"incarnation", incarnation_},
+                                {"incarnation", incarnation_.load()},
                                 {"step", step},
                                 {"generation", generation}});
     if (options_.rank == 0) {
@@ -410,8 +452,12 @@ Status Trainer::Run() {
   Status st;
   int64_t generation = 0;
   for (;;) {
+    const int64_t changes = master_changes_.load();
     auto start = WaitStart(generation);
     if (!start.ok()) {
+      // Asked of a master that died, or of its successor before this trainer
+      // registered with it: ask again once registered.
+      if (AwaitMasterChange(changes)) continue;
       st = start.status();
       break;
     }
@@ -436,7 +482,7 @@ Status Trainer::Run() {
     if (!fatal_.ok()) st = fatal_;
   }
   report["rank"] = options_.rank;
-  report["incarnation"] = incarnation_;
+  report["incarnation"] = incarnation_.load();
   report["ok"] = st.ok();
   if (!st.ok()) report["error"] = st.ToString();
   auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kReportDone, report), milliseconds(10000));

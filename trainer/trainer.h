@@ -58,7 +58,13 @@ class Trainer {
 
  private:
   Trainer() = default;
+  // Registers (again, when the master was replaced: then with the
+  // generation this trainer ran, which the new master's go on from).
   Status Register();
+  // After a request the master refused or never answered: whether the
+  // heartbeat finds, within a few heartbeats, that a new master took over
+  // (master_changes_ moves past `changes`).
+  bool AwaitMasterChange(int64_t changes);
   // The start of the first generation newer than `after` (0: the job's start).
   StatusOr<nlohmann::json> WaitStart(int64_t after);
   // Trains one generation: to the job's end (OK), or until it is replaced
@@ -85,10 +91,19 @@ class Trainer {
   int master_peer_ = -1;
   // This trainer's registration: every request to the master carries it, so
   // a replacement of the same rank is told apart from a replaced trainer.
-  int64_t incarnation_ = 0;
+  std::atomic<int64_t> incarnation_{0};
+  // The master this trainer registered with (a restarted master has another
+  // id and has the trainer register again), and how often that happened:
+  // calls to the old master are cancelled then, and Run asks again.
+  std::atomic<int64_t> master_id_{0};
+  std::atomic<int64_t> master_changes_{0};
+  // False while the master is recovering, starting, or out of reach: a
+  // newer generation is then on its way, however long that takes.
+  std::atomic<bool> master_settled_{true};
   std::unique_ptr<Store> store_;  // the master's store (MasterStore), where the collectives meet
-  int64_t heartbeat_ms_ = 500;
-  int64_t peer_timeout_ms_ = 10000;
+  std::atomic<int64_t> heartbeat_ms_{500};
+  std::atomic<int64_t> peer_timeout_ms_{10000};
+  std::atomic<int64_t> master_reconnect_ms_{60000};
 
   std::thread heartbeat_;
   std::mutex mu_;

@@ -263,6 +263,106 @@ TEST(ElasticTest, StoppedTrainerIsFencedWhenItWakesAndItsReplacementFinishes) {
   std::filesystem::remove_all(root);
 }
 
+TEST(ElasticTest, KilledMasterIsRestartedAndTheJobEndsLikeAnUndisturbedRun) {
+  Undisturbed();
+  const std::string root = TempRoot("kill_master");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_kill_master");
+  ASSERT_TRUE(c.StartJob(Job(root), 2, 2).ok());
+  const int64_t step = SeededStep(kEvery + 5, kSteps / 2, 7);
+  ASSERT_TRUE(c.WaitForSteps(0, step, milliseconds(60000))) << c.Log("master");
+  c.Kill("master", SIGKILL);
+  ASSERT_EQ(c.Wait("master", milliseconds(10000)), 128 + SIGKILL);
+  // Servers and trainers keep retrying the address meanwhile.
+  std::this_thread::sleep_for(milliseconds(1000));
+  ASSERT_TRUE(c.RestartMaster("master_recovered", {"--recover", "--dump_dir", c.dir() + "/dump"}).ok());
+  ASSERT_EQ(c.Wait("master_recovered", milliseconds(120000)), 0) << c.Log("master_recovered") << c.Log("trainer0");
+  const std::string log = c.Log("master_recovered");
+  EXPECT_NE(log.find("[master] took the job over from its lost master; rolling back to step"), std::string::npos)
+      << log;
+  for (const char* p : {"ps0", "ps1"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
+  ExpectTrainersFinished(c);
+  // The new master's generations go on above the old one's.
+  EXPECT_GE(c.Metrics(0).back()["generation"].get<int>(), 2);
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
+// Starts the job of this file with per-server flags (a fault for one).
+Status StartWithServerFlags(testing::LocalCluster& c, const json& config,
+                            const std::vector<std::vector<std::string>>& ps_flags,
+                            const std::vector<std::string>& master_args) {
+  json job = config;
+  job["cluster"] = {{"num_ps", ps_flags.size()}, {"num_trainers", 2}};
+  TESSERA_RETURN_IF_ERROR(c.StartMaster(job, master_args));
+  for (size_t i = 0; i < ps_flags.size(); ++i) TESSERA_RETURN_IF_ERROR(c.StartPs(static_cast<int>(i), ps_flags[i]));
+  for (int r = 0; r < 2; ++r) TESSERA_RETURN_IF_ERROR(c.StartTrainer(r, 2));
+  return Status::OK();
+}
+
+TEST(ElasticTest, ServerKilledDuringACheckpointRollsBackToThePreviousOne) {
+  Undisturbed();
+  const std::string root = TempRoot("kill_in_snapshot");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_kill_in_snapshot");
+  // It dies when the Nth checkpoint asks for its snapshot (step N x kEvery).
+  const int64_t nth = SeededStep(2, 6, 8);
+  ASSERT_TRUE(StartWithServerFlags(c, Job(root), {{}, {"--test_crash_on", "snapshot:" + std::to_string(nth)}},
+                                   {"--dump_dir", c.dir() + "/dump"})
+                  .ok());
+  EXPECT_EQ(c.Wait("ps1", milliseconds(60000)), 9) << c.Log("ps1");
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  // That checkpoint never completed: the one before it is where it resumes.
+  EXPECT_NE(c.Log("master").find("rolling back to step " + std::to_string((nth - 1) * kEvery)), std::string::npos)
+      << c.Log("master");
+  EXPECT_EQ(c.Wait("ps0", milliseconds(10000)), 0) << c.Log("ps0");
+  ExpectTrainersFinished(c);
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
+TEST(ElasticTest, ServerKilledDuringAMigrationRollsBackAndEndsLikeAnUndisturbedRun) {
+  Undisturbed();
+  const std::string root = TempRoot("kill_in_migration");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_kill_in_migration");
+  // Its second CREATE_SHARDS is the move onto 3 servers: it dies there.
+  ASSERT_TRUE(StartWithServerFlags(c, Job(root), {{}, {"--test_crash_on", "create_shards:2"}},
+                                   {"--dump_dir", c.dir() + "/dump"})
+                  .ok());
+  ASSERT_TRUE(c.WaitForSteps(0, SeededStep(10, kSteps / 3, 9), milliseconds(60000))) << c.Log("master");
+  ASSERT_TRUE(c.StartPs(2).ok());
+  EXPECT_EQ(c.Wait("ps1", milliseconds(60000)), 9) << c.Log("ps1");
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  const std::string log = c.Log("master");
+  EXPECT_NE(log.find("change servers"), std::string::npos) << log;
+  EXPECT_NE(log.find("[master] lost parameter server"), std::string::npos) << log;
+  EXPECT_NE(log.find("on 2 parameter server(s)"), std::string::npos) << log;
+  for (const char* p : {"ps0", "ps2"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
+  ExpectTrainersFinished(c);
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
+TEST(ElasticTest, MasterKilledDuringACheckpointIsRestartedAndTheJobEndsLikeAnUndisturbedRun) {
+  Undisturbed();
+  const std::string root = TempRoot("kill_master_in_checkpoint");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_kill_master_in_checkpoint");
+  const int64_t nth = SeededStep(2, 6, 10);
+  ASSERT_TRUE(c.StartJob(Job(root), 2, 2, {"--test_crash_in_checkpoint", std::to_string(nth)}).ok());
+  ASSERT_EQ(c.Wait("master", milliseconds(60000)), 9) << c.Log("master");
+  ASSERT_TRUE(c.RestartMaster("master_recovered", {"--recover", "--dump_dir", c.dir() + "/dump"}).ok());
+  ASSERT_EQ(c.Wait("master_recovered", milliseconds(120000)), 0) << c.Log("master_recovered") << c.Log("trainer0");
+  EXPECT_NE(c.Log("master_recovered").find("rolling back to step " + std::to_string((nth - 1) * kEvery)),
+            std::string::npos)
+      << c.Log("master_recovered");
+  for (const char* p : {"ps0", "ps1"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
+  ExpectTrainersFinished(c);
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
 TEST(ElasticTest, BadRemoveRequestsAreRefusedAndChangeNothing) {
   const std::string root = TempRoot("bad_remove");
   std::filesystem::remove_all(root);

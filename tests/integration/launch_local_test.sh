@@ -4,10 +4,11 @@
 #   a) --add_ps 1 on a running 2-server job: the server registers, the master
 #      runs generation 2 on 3 servers, the job finishes and the launcher exits
 #      0 with the added server gone; --add_ps on a finished job is refused.
-#   b) --max_restarts 2: a server killed (SIGKILL) mid-job is replaced by the
+#   b) --max_restarts 3: a server killed (SIGKILL) mid-job is replaced by the
 #      launcher, the master recovers; then a trainer killed is started again
-#      with its rank, the master recovers again; the job finishes, the
-#      launcher exits 0.
+#      with its rank, the master recovers again; then the master killed is
+#      started again with --recover and takes the job over; the job finishes,
+#      the launcher exits 0.
 #   c) SIGTERM to the launcher of a job with an added server: every process of
 #      the job, the added server included, is gone.
 #
@@ -233,7 +234,7 @@ recovered_twice() { [ "$(grep -c -F "[master] recovered" "$1")" -ge 2 ]; }
 # ---- b) --max_restarts: a killed server, then a killed trainer, replaced ----
 b() {
   local dir="$TMP/run_b" code victim="" pid
-  start_job b 1200 --max_restarts 2
+  start_job b 1200 --max_restarts 3
   wait_for_training b || return
   for pid in $(pgrep -P "$LPID"); do
     if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = tessera_ps ]; then victim=$pid; break; fi
@@ -243,7 +244,7 @@ b() {
     return
   fi
   kill -KILL "$victim"
-  if wait_until 15 log_has "$TMP/b.out" "exited with code 137; started ps2 in its place (restart 1 of 2)"; then
+  if wait_until 15 log_has "$TMP/b.out" "exited with code 137; started ps2 in its place (restart 1 of 3)"; then
     pass "b: $(grep -m1 -F "started ps2 in its place" "$TMP/b.out")"
   else
     fail "b: the launcher did not restart the killed server (pid $victim)"
@@ -277,6 +278,28 @@ b() {
   else
     fail "b: the master log shows no second '[master] recovered'"
     show "$dir/master.log" "$TMP/b.out"
+  fi
+  victim=""
+  for pid in $(pgrep -P "$LPID"); do
+    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = tessera_master ]; then victim=$pid; break; fi
+  done
+  if [ -z "$victim" ]; then
+    fail "b: found no tessera_master child of the launcher"
+    return
+  fi
+  kill -KILL "$victim"
+  if wait_until 15 log_has "$TMP/b.out" "started a master on"; then
+    pass "b: $(grep -m1 -F "started a master on" "$TMP/b.out" | cut -c1-140)"
+  else
+    fail "b: the launcher did not restart the killed master (pid $victim)"
+    show "$TMP/b.out"
+  fi
+  snapshot "$dir" "$LPID"
+  if wait_until 60 log_has "$dir/master.restart3.log" "[master] took the job over"; then
+    pass "b: new master: $(grep -m1 -F "[master] took the job over" "$dir/master.restart3.log" | cut -c1-120)"
+  else
+    fail "b: the new master did not take the job over"
+    show "$dir/master.restart3.log" "$TMP/b.out"
   fi
   wait_launcher "$LPID" 150; code=$CODE
   if [ "$code" -eq 0 ]; then

@@ -87,6 +87,13 @@ Status LocalCluster::StartPs(int index, const std::vector<std::string>& extra_ar
   return Spawn("ps" + std::to_string(index), TESSERA_PS_BIN, args);
 }
 
+Status LocalCluster::RestartMaster(const std::string& name, const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args = {"--config", dir_ + "/job.json", "--bind", master_,
+                                   "--summary_file", dir_ + "/summary.json"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  return Spawn(name, TESSERA_MASTER_BIN, args);
+}
+
 Status LocalCluster::StartTrainer(int rank, int world, const std::string& name) {
   const std::string trainer = "trainer" + std::to_string(rank);
   return Spawn(name.empty() ? trainer : name, TESSERA_TRAINER_BIN,

@@ -26,6 +26,10 @@ class LocalCluster {
   // Writes `config` to dir/job.json and starts the master on a free port;
   // returns once it listens.
   Status StartMaster(const nlohmann::json& config, const std::vector<std::string>& extra_args = {});
+  // Starts another master on the first one's address and config (after that
+  // one died), named `name` (its log name.log): with --recover it takes the
+  // job over.
+  Status RestartMaster(const std::string& name, const std::vector<std::string>& extra_args);
   // {i} in an argument becomes the server's index (a folder per server).
   Status StartPs(int index, const std::vector<std::string>& extra_args = {});
   // `name` names the process and its log (default "trainer<rank>"; another

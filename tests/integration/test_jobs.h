@@ -38,7 +38,7 @@ inline nlohmann::json StatefulSyncJob(const std::string& name, const std::string
         {"seed", 5},
         {"log_every", 4}}},
       {"checkpoint", {{"dir", ckpt_dir}, {"every_steps", every}, {"keep", 3}}},
-      {"runtime", {{"heartbeat_ms", 200}, {"peer_timeout_ms", 3000}}}};
+      {"runtime", {{"heartbeat_ms", 200}, {"peer_timeout_ms", 3000}, {"master_reconnect_ms", 5000}}}};
 }
 
 }  // namespace tessera::testing
