@@ -39,6 +39,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/control_messages.h"
 #include "common/job_config.h"
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
@@ -146,18 +147,18 @@ class Master {
   };
   struct StartWaiter {
     int64_t after_generation = 0;  // answered by a generation newer than this
-    nlohmann::json request;        // who asks: checked again when answered
+    TrainerId trainer;             // who asks: checked again when answered
     Responder responder;
   };
   Master() = default;
   void Handle(Message&& m, Responder r);
-  // The JSON handlers take the responder by reference: when one throws on a
-  // malformed body before it has answered, Handle still answers.
-  void HandleRegister(const nlohmann::json& body, Responder& r);
-  void HandleHeartbeat(const nlohmann::json& body, Responder& r);
-  void HandleWaitStart(const nlohmann::json& body, Responder& r);
-  void HandleReportDone(const nlohmann::json& body, Responder& r);
-  void HandleCommand(const nlohmann::json& body, Responder& r);
+  // The handlers take a body Handle parsed (common/control_messages.h), so
+  // what they read is well-formed; they answer through the responder.
+  void HandleRegister(const RegisterRequest& req, Responder& r);
+  void HandleHeartbeat(const HeartbeatRequest& req, Responder& r);
+  void HandleWaitStart(const WaitStartRequest& req, Responder& r);
+  void HandleReportDone(const ReportDone& done, Responder& r);
+  void HandleCommand(const Command& command, Responder& r);
   void HandleCheckpointBarrier(Message&& m, Responder r);
 
   // Checkpoints (master/master_checkpoint.cc).
@@ -206,9 +207,9 @@ class Master {
   // it is a trainer, else -1. Dead servers outside the generation are
   // dropped. REQUIRES: mu_ held.
   Status FindDeadMember(Clock::time_point now, int* ps, int* trainer = nullptr);
-  // Whether `body` (with "rank" and "incarnation") comes from the trainer
-  // that holds its rank now. REQUIRES: mu_ held.
-  Status CheckTrainer(const nlohmann::json& body) const;
+  // Whether a request comes from the trainer that holds its rank now.
+  // REQUIRES: mu_ held.
+  Status CheckTrainer(const TrainerId& trainer) const;
   std::string DescribeServer(int member) const;  // REQUIRES: mu_ held
   void PrintProgress();  // REQUIRES: mu_ held
   void AbortJob(const Status& reason);

@@ -135,12 +135,14 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
     generation_ = generation;
     generation_ps_ = members;
     plan_ = plan;
-    start_info_ = {{"job", job_json},
-                   {"plan", plan_json},
-                   {"ps_endpoints", endpoints},
-                   {"dump_dir", options_.dump_dir},
-                   {"start_step", from.step},
-                   {"generation", generation}};
+    StartInfo info;
+    info.job = job_json;
+    info.plan = plan_json;
+    info.ps_endpoints = endpoints;
+    info.dump_dir = options_.dump_dir;
+    info.start_step = from.step;
+    info.generation = generation;
+    start_info_ = info.ToJson();
     start_state_ = from.trainer_state;
     state_ = State::kRunning;
     waiters.swap(start_waiters_);
@@ -156,7 +158,7 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
                             {"from", from.dir}});
     for (StartWaiter& w : waiters) {
       // A trainer replaced while it waited does not start.
-      if (Status member = CheckTrainer(w.request); !member.ok()) {
+      if (Status member = CheckTrainer(w.trainer); !member.ok()) {
         w.responder.ReplyError(member);
       } else {
         w.responder.Reply(StartReply(w.responder.request_header()));

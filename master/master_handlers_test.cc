@@ -99,7 +99,7 @@ TEST(MasterHandlersTest, DamagedRequestsAreAnsweredAndTheMasterKeepsServing) {
                            {"memory_bytes", 1024}}},
       {Opcode::kRegister, {{"role", "trainer"}, {"rank", 1}, {"world", 2}, {"host", "h"}, {"pid", 8}}},
       {Opcode::kHeartbeat, {{"role", "trainer"}, {"rank", 0}, {"incarnation", incarnation},
-                            {"progress", {{"step", 3}, {"loss", 0.5}, {"examples", 64}, {"examples_per_s", 1e4}}}}},
+                            {"progress", {{"step", 3}, {"loss", 0.5}, {"examples", 64}, {"examples_per_s", 1e4}, {"generation", 0}}}}},
       {Opcode::kHeartbeat, {{"role", "ps"}, {"rank", 0}, {"stats", {{"lookups", 1}}}}},
       {Opcode::kReportDone, {{"rank", 0}, {"incarnation", incarnation}, {"ok", true}}},
       {Opcode::kCommand, {{"command", "checkpoint"}}},

@@ -12,6 +12,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "common/control_messages.h"
 #include "common/messages.h"
 #include "common/rpc_client.h"
 #include "master/master.h"
@@ -91,7 +92,8 @@ int main(int argc, char** argv) {
       LOG(ERROR) << "cannot reach the master: " << peer.status();
       return 1;
     }
-    nlohmann::json command = {{"command", FLAGS_control}};
+    tessera::Command command;
+    command.command = FLAGS_control;
     if (FLAGS_control == "remove_ps") {
       char* end = nullptr;
       const long id = argc == 2 ? std::strtol(argv[1], &end, 10) : -1;
@@ -99,9 +101,9 @@ int main(int argc, char** argv) {
         LOG(ERROR) << "--control remove_ps takes the server's id: tessera_master --control remove_ps ID --master ADDR";
         return 1;
       }
-      command["ps"] = id;
+      command.ps = static_cast<int>(std::min<long>(id, INT32_MAX));
     }
-    auto reply = (*client)->CallSync(*peer, tessera::EncodeJson(tessera::Opcode::kCommand, command),
+    auto reply = (*client)->CallSync(*peer, tessera::EncodeJson(tessera::Opcode::kCommand, command.ToJson()),
                                      std::chrono::milliseconds(10000));
     if (!reply.ok()) {
       LOG(ERROR) << FLAGS_control << ": " << reply.status();

@@ -8,6 +8,7 @@
 #include <glog/logging.h>
 #include <nlohmann/json.hpp>
 
+#include "common/control_messages.h"
 #include "common/endpoint.h"
 #include "common/master_registration.h"
 #include "common/messages.h"
@@ -43,29 +44,34 @@ ParameterServer::~ParameterServer() {
 Status ParameterServer::Register() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  json body = {{"role", "ps"},
-               {"endpoint", endpoint_},
-               {"host", options_.host_group.empty() ? std::string(host) : options_.host_group},
-               {"memory_bytes", options_.memory_bytes},
-               {"pid", static_cast<int64_t>(getpid())},
-               // Re-registering with a master that took over: the plan it
-               // follows, which the new master's generations go on from.
-               {"generation", service_->plan_version()}};
-  TESSERA_ASSIGN_OR_RETURN(json j, RegisterWithMaster(client_.get(), master_peer_, options_.master, body,
+  RegisterRequest req;
+  req.role = "ps";
+  req.endpoint = endpoint_;
+  req.host = options_.host_group.empty() ? std::string(host) : options_.host_group;
+  req.memory_bytes = options_.memory_bytes;
+  req.pid = static_cast<int64_t>(getpid());
+  // Re-registering with a master that took over: the plan it follows, which
+  // the new master's generations go on from.
+  req.generation = service_->plan_version();
+  TESSERA_ASSIGN_OR_RETURN(json j, RegisterWithMaster(client_.get(), master_peer_, options_.master, req.ToJson(),
                                                       milliseconds(options_.register_timeout_ms)));
-  rank_ = j.value("rank", -1);
-  heartbeat_ms_ = j.value("heartbeat_ms", heartbeat_ms_);
-  peer_timeout_ms_ = j.value("peer_timeout_ms", peer_timeout_ms_);
-  master_reconnect_ms_ = j.value("master_reconnect_ms", master_reconnect_ms_);
-  master_id_ = j.value("master_id", int64_t{0});
+  TESSERA_ASSIGN_OR_RETURN(RegisterReply reply, RegisterReply::Parse(j));
+  rank_ = reply.rank;
+  heartbeat_ms_ = reply.heartbeat_ms;
+  peer_timeout_ms_ = reply.peer_timeout_ms;
+  master_reconnect_ms_ = reply.master_reconnect_ms;
+  master_id_ = reply.master_id;
   service_->set_rank(rank_);
   LOG(INFO) << "registered with the master " << options_.master << " as ps " << rank_ << " (" << endpoint_ << ")";
   return Status::OK();
 }
 
 Status ParameterServer::Leave() {
-  json body = {{"command", "remove_ps"}, {"ps", rank_}, {"why", "the server was asked to stop"}};
-  auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kCommand, body), milliseconds(10000));
+  Command leave;
+  leave.command = "remove_ps";
+  leave.ps = rank_;
+  leave.why = "the server was asked to stop";
+  auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kCommand, leave.ToJson()), milliseconds(10000));
   return reply.status();
 }
 
@@ -89,14 +95,20 @@ Status ParameterServer::Run() {
         return stop_reason_;
       }
     }
-    json body = {{"role", "ps"}, {"rank", rank_}, {"master_id", master_id_}, {"stats", service_->Stats()}};
-    auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kHeartbeat, body), milliseconds(heartbeat_ms_ * 2));
+    HeartbeatRequest beat;
+    beat.role = "ps";
+    beat.rank = rank_;
+    beat.master_id = master_id_;
+    beat.stats = service_->Stats();
+    auto reply =
+        client_->CallSync(master_peer_, EncodeJson(Opcode::kHeartbeat, beat.ToJson()), milliseconds(heartbeat_ms_ * 2));
     const auto now = std::chrono::steady_clock::now();
     if (reply.ok()) {
       last_contact = now;
       auto j = DecodeJson(*reply);
-      if (j.ok() && j->value("state", "") == "aborted") {
-        const std::string reason = j->value("reason", std::string("job aborted"));
+      auto answer = j.ok() ? HeartbeatReply::Parse(*j) : StatusOr<HeartbeatReply>(j.status());
+      if (answer.ok() && answer->state == "aborted") {
+        const std::string reason = answer->reason.empty() ? "job aborted" : answer->reason;
         service_->Abort(Status::Aborted(reason));
         return Status::Aborted(reason);
       }

@@ -9,6 +9,7 @@
 
 #include <glog/logging.h>
 
+#include "common/control_messages.h"
 #include "common/master_registration.h"
 #include "common/messages.h"
 #include "common/param_file.h"
@@ -71,34 +72,41 @@ Trainer::~Trainer() {
 Status Trainer::Register() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  json body = {{"role", "trainer"},
-               {"rank", options_.rank},
-               {"world", options_.world},
-               {"host", host},
-               {"pid", static_cast<int64_t>(getpid())},
-               {"generation", running_generation_.load()}};
-  TESSERA_ASSIGN_OR_RETURN(json j, RegisterWithMaster(client_.get(), master_peer_, options_.master, body,
+  RegisterRequest req;
+  req.role = "trainer";
+  req.rank = options_.rank;
+  req.world = options_.world;
+  req.host = host;
+  req.pid = static_cast<int64_t>(getpid());
+  req.generation = running_generation_.load();
+  TESSERA_ASSIGN_OR_RETURN(json j, RegisterWithMaster(client_.get(), master_peer_, options_.master, req.ToJson(),
                                                       milliseconds(options_.register_timeout_ms)));
-  heartbeat_ms_ = j.value("heartbeat_ms", heartbeat_ms_.load());
-  incarnation_ = j.value("incarnation", int64_t{0});
-  master_id_ = j.value("master_id", int64_t{0});
-  peer_timeout_ms_ = j.value("peer_timeout_ms", peer_timeout_ms_.load());
-  master_reconnect_ms_ = j.value("master_reconnect_ms", master_reconnect_ms_.load());
+  TESSERA_ASSIGN_OR_RETURN(RegisterReply reply, RegisterReply::Parse(j));
+  heartbeat_ms_ = reply.heartbeat_ms;
+  incarnation_ = reply.incarnation;
+  master_id_ = reply.master_id;
+  peer_timeout_ms_ = reply.peer_timeout_ms;
+  master_reconnect_ms_ = reply.master_reconnect_ms;
   LOG(INFO) << "trainer " << options_.rank << "/" << options_.world << " registered with " << options_.master;
   return Status::OK();
 }
 
-StatusOr<json> Trainer::WaitStart(int64_t after) {
+TrainerId Trainer::Id() const { return TrainerId{options_.rank, incarnation_.load()}; }
+
+StatusOr<Trainer::GenerationStart> Trainer::WaitStart(int64_t after) {
   // The master answers once every member has registered and the shards exist
   // (or, after a change of the servers, once the new ones hold their rows).
-  auto reply = client_->CallSync(
-      master_peer_, EncodeJson(Opcode::kWaitStart,
-                               json{{"rank", options_.rank}, {"incarnation", incarnation_.load()}, {"generation", after}}),
-      milliseconds(24LL * 3600 * 1000));
+  WaitStartRequest req;
+  req.trainer = Id();
+  req.generation = after;
+  auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kWaitStart, req.ToJson()),
+                                 milliseconds(24LL * 3600 * 1000));
   if (!reply.ok()) return reply.status().WithContext("waiting for the job to start");
-  TESSERA_ASSIGN_OR_RETURN(json start, DecodeJsonFrame(*reply, 0));
+  TESSERA_ASSIGN_OR_RETURN(json j, DecodeJsonFrame(*reply, 0));
+  TESSERA_ASSIGN_OR_RETURN(StartInfo info, StartInfo::Parse(j));
+  GenerationStart start{std::move(info), ""};
   // Starting from a checkpoint: its trainer state follows the JSON.
-  if (reply->frames.size() == 2) start["state_bytes"] = reply->frames[1].to_string();
+  if (reply->frames.size() == 2) start.state_bytes = reply->frames[1].to_string();
   return start;
 }
 
@@ -150,7 +158,7 @@ bool Trainer::AwaitMasterChange(int64_t changes) {
   return false;
 }
 
-void Trainer::SendProgress(const json& progress) {
+void Trainer::SendProgress(const TrainerProgress& progress) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_progress_ = progress;
@@ -162,30 +170,35 @@ void Trainer::HeartbeatLoop() {
   auto last_contact = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait_for(lock, milliseconds(heartbeat_ms_), [this] { return stop_heartbeat_ || !pending_progress_.is_null(); });
+    cv_.wait_for(lock, milliseconds(heartbeat_ms_), [this] { return stop_heartbeat_ || pending_progress_.has_value(); });
     if (stop_heartbeat_) return;
-    json body = {{"role", "trainer"},
-                 {"rank", options_.rank},
-                 {"incarnation", incarnation_.load()},
-                 {"master_id", master_id_.load()}};
-    if (!pending_progress_.is_null()) body["progress"] = std::move(pending_progress_);
-    pending_progress_ = json();
+    HeartbeatRequest beat;
+    beat.role = "trainer";
+    beat.rank = options_.rank;
+    beat.incarnation = incarnation_.load();
+    beat.master_id = master_id_.load();
+    beat.progress = pending_progress_;
+    pending_progress_.reset();
     lock.unlock();
-    auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kHeartbeat, body), milliseconds(heartbeat_ms_ * 2));
+    auto reply =
+        client_->CallSync(master_peer_, EncodeJson(Opcode::kHeartbeat, beat.ToJson()), milliseconds(heartbeat_ms_ * 2));
     const auto now = std::chrono::steady_clock::now();
     Status fatal;
     if (reply.ok()) {
       last_contact = now;
       auto j = DecodeJson(*reply);
-      if (j.ok() && j->value("state", "") == "aborted") {
-        fatal = Status::Aborted("the master aborted the job: " + j->value("reason", std::string("(no reason given)")));
+      auto answer = j.ok() ? HeartbeatReply::Parse(*j) : StatusOr<HeartbeatReply>(j.status());
+      if (!answer.ok()) LOG(WARNING) << "trainer " << options_.rank << ": a heartbeat reply: " << answer.status();
+      if (answer.ok() && answer->state == "aborted") {
+        fatal = Status::Aborted("the master aborted the job: " +
+                                (answer->reason.empty() ? std::string("(no reason given)") : answer->reason));
       }
-      master_settled_ = j.ok() && j->value("state", "") == "running";
-      if (j.ok() && j->contains("checkpoint")) {
-        checkpoint_requested_id_ = std::max<int64_t>(checkpoint_requested_id_, (*j)["checkpoint"].get<int64_t>());
+      master_settled_ = answer.ok() && answer->state == "running";
+      if (answer.ok() && answer->checkpoint > 0) {
+        checkpoint_requested_id_ = std::max<int64_t>(checkpoint_requested_id_, answer->checkpoint);
         checkpoint_requested_ = checkpoint_requested_id_.load() > checkpoint_served_id_.load();
       }
-      const int64_t generation = j.ok() ? j->value("generation", int64_t{0}) : 0;
+      const int64_t generation = answer.ok() ? answer->generation : 0;
       if (generation > master_generation_.load()) {
         master_generation_ = generation;
         const int64_t running = running_generation_.load();
@@ -237,12 +250,12 @@ void Trainer::HeartbeatLoop() {
   }
 }
 
-Status Trainer::Train(const json& start, json* report) {
-  TESSERA_ASSIGN_OR_RETURN(JobConfig job, ParseJobConfigJson(start.at("job"), ""));
-  TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::FromJson(start.at("plan")));
+Status Trainer::Train(const GenerationStart& start, json* report) {
+  TESSERA_ASSIGN_OR_RETURN(JobConfig job, ParseJobConfigJson(start.info.job, ""));
+  TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::FromJson(start.info.plan));
   std::vector<int> ps_peers;
-  for (const auto& e : start.at("ps_endpoints")) {
-    TESSERA_ASSIGN_OR_RETURN(int peer, ServerPeer(e.get<std::string>()));
+  for (const std::string& e : start.info.ps_endpoints) {
+    TESSERA_ASSIGN_OR_RETURN(int peer, ServerPeer(e));
     ps_peers.push_back(peer);
   }
   {
@@ -283,10 +296,10 @@ Status Trainer::Train(const json& start, json* report) {
     arrays.push_back(ParamArray::Ints("dense.optimizer_steps", 1, 1, {optimizer.steps()}));
     return EncodeParams(arrays);
   };
-  const int64_t start_step = start.value("start_step", int64_t{0});
-  if (start.contains("state_bytes")) {
+  const int64_t start_step = start.info.start_step;
+  if (!start.state_bytes.empty()) {
     TESSERA_ASSIGN_OR_RETURN(std::vector<ParamArray> state,
-                             DecodeParams(start["state_bytes"].get<std::string>(), "checkpoint trainer state"));
+                             DecodeParams(start.state_bytes, "checkpoint trainer state"));
     const ParamArray* params = FindParam(state, "dense.params");
     const ParamArray* opt = FindParam(state, "dense.optimizer_state");
     const ParamArray* steps = FindParam(state, "dense.optimizer_steps");
@@ -312,11 +325,11 @@ Status Trainer::Train(const json& start, json* report) {
   lo.checkpoint_every = job.checkpoint.dir.empty() ? 0 : job.checkpoint.every_steps;
   if (!job.checkpoint.dir.empty()) lo.checkpoint_requested = &checkpoint_requested_;
   lo.barrier = [&](int64_t step) -> Status {
-    Message m = EncodeJson(Opcode::kCheckpointBarrier,
-                           json{{"rank", options_.rank},
-                                {"incarnation", incarnation_.load()},
-                                {"step", step},
-                                {"generation", generation}});
+    BarrierRequest req;
+    req.trainer = Id();
+    req.step = step;
+    req.generation = generation;
+    Message m = EncodeJson(Opcode::kCheckpointBarrier, req.ToJson());
     if (options_.rank == 0) {
       TESSERA_ASSIGN_OR_RETURN(std::string bytes, save_state());
       m.AddString(bytes);
@@ -325,11 +338,12 @@ Status Trainer::Train(const json& start, json* report) {
     auto reply = client_->CallSync(master_peer_, std::move(m), milliseconds(job.runtime.rpc_timeout_ms * 10));
     if (!reply.ok()) return reply.status().WithContext("checkpoint barrier at step " + std::to_string(step));
     TESSERA_ASSIGN_OR_RETURN(json j, DecodeJson(*reply));
-    checkpoint_served_id_ = std::max<int64_t>(checkpoint_served_id_, j.value("served", int64_t{0}));
+    TESSERA_ASSIGN_OR_RETURN(BarrierReply answer, BarrierReply::Parse(j));
+    checkpoint_served_id_ = std::max<int64_t>(checkpoint_served_id_, answer.served);
     checkpoint_requested_ = checkpoint_requested_id_.load() > checkpoint_served_id_.load();
-    if (j.value("action", "") == "restart") {
+    if (answer.action == "restart") {
       // The servers changed at this boundary; the next generation starts here.
-      const int64_t next = j.value("generation", generation + 1);
+      const int64_t next = std::max(answer.generation, generation + 1);
       int64_t seen = master_generation_.load();
       while (seen < next && !master_generation_.compare_exchange_weak(seen, next)) {
       }
@@ -340,9 +354,13 @@ Status Trainer::Train(const json& start, json* report) {
   lo.on_progress = [this, generation](const json& p) {
     LOG(INFO) << "trainer " << options_.rank << " step " << p["step"] << " loss " << p["loss"] << " examples/s "
               << p["examples_per_s"];
-    json q = p;
-    q["generation"] = generation;
-    SendProgress(q);
+    TrainerProgress progress;
+    progress.step = p["step"].get<int64_t>();
+    progress.loss = p["loss"].get<double>();
+    progress.examples = p["examples"].get<double>();
+    progress.examples_per_s = p["examples_per_s"].get<double>();
+    progress.generation = generation;
+    SendProgress(progress);
   };
   TrainingLoop loop(job, lo, data.get(), &embeddings, &local_tables, collective.get(), &model, &optimizer);
   LOG(INFO) << "trainer " << options_.rank << ": training " << loop.TotalSteps() << " steps of batch "
@@ -359,7 +377,7 @@ Status Trainer::Train(const json& start, json* report) {
     LOG(INFO) << "trainer 0: eval " << eval.dump();
     (*report)["eval"] = eval;
   }
-  const std::string dump_dir = start.value("dump_dir", std::string());
+  const std::string& dump_dir = start.info.dump_dir;
   if (options_.rank == 0 && !dump_dir.empty()) {
     std::vector<ParamArray> arrays;
     TESSERA_ASSIGN_OR_RETURN(std::vector<float> params, model.CopyParamsToHost());
@@ -461,7 +479,7 @@ Status Trainer::Run() {
       st = start.status();
       break;
     }
-    generation = start->value("generation", generation + 1);
+    generation = start->info.generation;
     running_generation_ = generation;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -482,7 +500,7 @@ Status Trainer::Run() {
     if (!fatal_.ok()) st = fatal_;
   }
   report["rank"] = options_.rank;
-  report["incarnation"] = incarnation_.load();
+  report["incarnation"] = incarnation_.load();  // REPORT_DONE: the report plus the TrainerId
   report["ok"] = st.ok();
   if (!st.ok()) report["error"] = st.ToString();
   auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kReportDone, report), milliseconds(10000));

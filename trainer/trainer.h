@@ -11,12 +11,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/control_messages.h"
 #include "common/job_config.h"
 #include "common/rpc_client.h"
 #include "common/status.h"
@@ -65,11 +67,19 @@ class Trainer {
   // heartbeat finds, within a few heartbeats, that a new master took over
   // (master_changes_ moves past `changes`).
   bool AwaitMasterChange(int64_t changes);
+  // What a generation starts from: the master's StartInfo and, from a
+  // checkpoint, trainer 0's saved state.
+  struct GenerationStart {
+    StartInfo info;
+    std::string state_bytes;
+  };
   // The start of the first generation newer than `after` (0: the job's start).
-  StatusOr<nlohmann::json> WaitStart(int64_t after);
+  StatusOr<GenerationStart> WaitStart(int64_t after);
+  // This trainer in requests to the master: its rank and registration.
+  TrainerId Id() const;
   // Trains one generation: to the job's end (OK), or until it is replaced
   // (an error; the master's generation has moved on) or fails.
-  Status Train(const nlohmann::json& start, nlohmann::json* report);
+  Status Train(const GenerationStart& start, nlohmann::json* report);
   // After Train failed in `generation`: whether the master starts a newer
   // one (it may first have to notice a lost server: up to a peer timeout).
   bool AwaitNewGeneration(int64_t generation);
@@ -84,7 +94,7 @@ class Trainer {
   // "" when NCCL can serve the job, else why not; agreed through the master.
   StatusOr<std::string> WhyNotNccl(const JobConfig& job);
   void HeartbeatLoop();
-  void SendProgress(const nlohmann::json& progress);
+  void SendProgress(const TrainerProgress& progress);
 
   TrainerOptions options_;
   std::unique_ptr<RpcClient> client_;
@@ -109,7 +119,7 @@ class Trainer {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_heartbeat_ = false;          // GUARDED_BY(mu_)
-  nlohmann::json pending_progress_;      // GUARDED_BY(mu_)
+  std::optional<TrainerProgress> pending_progress_;  // GUARDED_BY(mu_)
   std::atomic<bool> stop_training_{false};
   // The master's generation (from heartbeats and barriers) and the one this
   // trainer runs; when the first passes the second, the step is dropped.

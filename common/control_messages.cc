@@ -1,0 +1,268 @@
+#include "common/control_messages.h"
+
+#include "common/json_fields.h"
+
+namespace tessera {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int64_t kMaxRank = 1 << 20;
+constexpr int64_t kMaxI64 = INT64_MAX;
+
+Status Role(const JsonFields& f, std::string* role) {
+  TESSERA_RETURN_IF_ERROR(f.String("role", role, true));
+  if (*role != "ps" && *role != "trainer") {
+    return Status::InvalidArgument(f.PathOf("role") + ": must be \"ps\" or \"trainer\", got \"" + *role + "\"");
+  }
+  return Status::OK();
+}
+
+Status Rank(const JsonFields& f, const char* key, int* out) {
+  int64_t v = 0;
+  TESSERA_RETURN_IF_ERROR(f.Int(key, &v, true, 0, kMaxRank));
+  *out = static_cast<int>(v);
+  return Status::OK();
+}
+
+Status Trainer(const JsonFields& f, TrainerId* out) {
+  TESSERA_RETURN_IF_ERROR(Rank(f, "rank", &out->rank));
+  return f.Int("incarnation", &out->incarnation, true, 1, kMaxI64);
+}
+
+void Trainer(const TrainerId& t, json* j) {
+  (*j)["rank"] = t.rank;
+  (*j)["incarnation"] = t.incarnation;
+}
+
+}  // namespace
+
+json RegisterRequest::ToJson() const {
+  json j = {{"role", role}, {"host", host}, {"pid", pid}, {"generation", generation}};
+  if (role == "ps") {
+    j["endpoint"] = endpoint;
+    j["memory_bytes"] = memory_bytes;
+  } else {
+    j["rank"] = rank;
+    j["world"] = world;
+  }
+  return j;
+}
+
+StatusOr<RegisterRequest> RegisterRequest::Parse(const json& j) {
+  JsonFields f(j, "REGISTER");
+  RegisterRequest r;
+  TESSERA_RETURN_IF_ERROR(Role(f, &r.role));
+  TESSERA_RETURN_IF_ERROR(f.String("host", &r.host, false));
+  TESSERA_RETURN_IF_ERROR(f.Int("pid", &r.pid, false, 0, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("generation", &r.generation, false, 0, kMaxI64));
+  if (r.role == "ps") {
+    TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"role", "host", "pid", "generation", "endpoint", "memory_bytes"}));
+    TESSERA_RETURN_IF_ERROR(f.String("endpoint", &r.endpoint, true));
+    if (r.endpoint.empty()) return Status::InvalidArgument("REGISTER.endpoint: must not be empty");
+    TESSERA_RETURN_IF_ERROR(f.Int("memory_bytes", &r.memory_bytes, false, 0, kMaxI64));
+  } else {
+    TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"role", "host", "pid", "generation", "rank", "world"}));
+    TESSERA_RETURN_IF_ERROR(Rank(f, "rank", &r.rank));
+    int64_t world = 0;
+    TESSERA_RETURN_IF_ERROR(f.Int("world", &world, true, 1, kMaxRank));
+    r.world = static_cast<int>(world);
+  }
+  return r;
+}
+
+json RegisterReply::ToJson() const {
+  json j = {{"rank", rank},
+            {"heartbeat_ms", heartbeat_ms},
+            {"peer_timeout_ms", peer_timeout_ms},
+            {"master_reconnect_ms", master_reconnect_ms},
+            {"master_id", master_id}};
+  if (incarnation > 0) j["incarnation"] = incarnation;
+  return j;
+}
+
+StatusOr<RegisterReply> RegisterReply::Parse(const json& j) {
+  JsonFields f(j, "REGISTER reply");
+  RegisterReply r;
+  TESSERA_RETURN_IF_ERROR(Rank(f, "rank", &r.rank));
+  TESSERA_RETURN_IF_ERROR(f.Int("heartbeat_ms", &r.heartbeat_ms, true, 1, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("peer_timeout_ms", &r.peer_timeout_ms, true, 1, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("master_reconnect_ms", &r.master_reconnect_ms, true, 0, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("master_id", &r.master_id, true, 1, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("incarnation", &r.incarnation, false, 1, kMaxI64));
+  return r;
+}
+
+json TrainerProgress::ToJson() const {
+  return json{{"step", step},
+              {"loss", loss},
+              {"examples", examples},
+              {"examples_per_s", examples_per_s},
+              {"generation", generation}};
+}
+
+json HeartbeatRequest::ToJson() const {
+  json j = {{"role", role}, {"rank", rank}, {"master_id", master_id}};
+  if (role == "trainer") j["incarnation"] = incarnation;
+  if (progress) j["progress"] = progress->ToJson();
+  if (!stats.is_null()) j["stats"] = stats;
+  return j;
+}
+
+StatusOr<HeartbeatRequest> HeartbeatRequest::Parse(const json& j) {
+  JsonFields f(j, "HEARTBEAT");
+  HeartbeatRequest r;
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"role", "rank", "incarnation", "master_id", "progress", "stats"}));
+  TESSERA_RETURN_IF_ERROR(Role(f, &r.role));
+  TESSERA_RETURN_IF_ERROR(Rank(f, "rank", &r.rank));
+  TESSERA_RETURN_IF_ERROR(f.Int("master_id", &r.master_id, false, 0, kMaxI64));
+  if (r.role == "trainer") {
+    TESSERA_RETURN_IF_ERROR(f.Int("incarnation", &r.incarnation, true, 1, kMaxI64));
+    const json* p = nullptr;
+    TESSERA_RETURN_IF_ERROR(f.Object("progress", false, &p));
+    if (p != nullptr) {
+      JsonFields pf(*p, "HEARTBEAT.progress");
+      TrainerProgress progress;
+      TESSERA_RETURN_IF_ERROR(pf.OnlyKeys({"step", "loss", "examples", "examples_per_s", "generation"}));
+      TESSERA_RETURN_IF_ERROR(pf.Int("step", &progress.step, true, 0, kMaxI64));
+      TESSERA_RETURN_IF_ERROR(pf.Float("loss", &progress.loss, true));
+      TESSERA_RETURN_IF_ERROR(pf.Float("examples", &progress.examples, true));
+      TESSERA_RETURN_IF_ERROR(pf.Float("examples_per_s", &progress.examples_per_s, true));
+      TESSERA_RETURN_IF_ERROR(pf.Int("generation", &progress.generation, true, 0, kMaxI64));
+      if (progress.examples < 0 || progress.examples_per_s < 0) {
+        return Status::InvalidArgument("HEARTBEAT.progress: examples and examples_per_s must be >= 0");
+      }
+      r.progress = progress;
+    }
+  } else if (f.Has("progress") || f.Has("incarnation")) {
+    return Status::InvalidArgument("HEARTBEAT: a server's heartbeat has no progress or incarnation");
+  }
+  if (const json* s = f.Get("stats")) {
+    if (!s->is_object()) return Status::InvalidArgument("HEARTBEAT.stats: must be an object");
+    r.stats = *s;
+  }
+  return r;
+}
+
+json HeartbeatReply::ToJson() const {
+  json j = {{"state", state}, {"generation", generation}};
+  if (!reason.empty()) j["reason"] = reason;
+  if (checkpoint > 0) j["checkpoint"] = checkpoint;
+  return j;
+}
+
+StatusOr<HeartbeatReply> HeartbeatReply::Parse(const json& j) {
+  JsonFields f(j, "HEARTBEAT reply");
+  HeartbeatReply r;
+  TESSERA_RETURN_IF_ERROR(f.String("state", &r.state, true));
+  TESSERA_RETURN_IF_ERROR(f.Int("generation", &r.generation, true, 0, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.String("reason", &r.reason, false));
+  TESSERA_RETURN_IF_ERROR(f.Int("checkpoint", &r.checkpoint, false, 0, kMaxI64));
+  return r;
+}
+
+json WaitStartRequest::ToJson() const {
+  json j = {{"generation", generation}};
+  Trainer(trainer, &j);
+  return j;
+}
+
+StatusOr<WaitStartRequest> WaitStartRequest::Parse(const json& j) {
+  JsonFields f(j, "WAIT_START");
+  WaitStartRequest r;
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"rank", "incarnation", "generation"}));
+  TESSERA_RETURN_IF_ERROR(Trainer(f, &r.trainer));
+  TESSERA_RETURN_IF_ERROR(f.Int("generation", &r.generation, true, 0, kMaxI64));
+  return r;
+}
+
+json StartInfo::ToJson() const {
+  return json{{"job", job},
+              {"plan", plan},
+              {"ps_endpoints", ps_endpoints},
+              {"dump_dir", dump_dir},
+              {"start_step", start_step},
+              {"generation", generation}};
+}
+
+StatusOr<StartInfo> StartInfo::Parse(const json& j) {
+  JsonFields f(j, "WAIT_START reply");
+  StartInfo r;
+  const json* job = nullptr;
+  const json* plan = nullptr;
+  TESSERA_RETURN_IF_ERROR(f.Object("job", true, &job));
+  TESSERA_RETURN_IF_ERROR(f.Object("plan", true, &plan));
+  r.job = *job;
+  r.plan = *plan;
+  TESSERA_RETURN_IF_ERROR(f.StringList("ps_endpoints", &r.ps_endpoints, true));
+  if (r.ps_endpoints.empty()) return Status::InvalidArgument("WAIT_START reply.ps_endpoints: must not be empty");
+  TESSERA_RETURN_IF_ERROR(f.String("dump_dir", &r.dump_dir, false));
+  TESSERA_RETURN_IF_ERROR(f.Int("start_step", &r.start_step, true, 0, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("generation", &r.generation, true, 1, kMaxI64));
+  return r;
+}
+
+json BarrierRequest::ToJson() const {
+  json j = {{"step", step}, {"generation", generation}};
+  Trainer(trainer, &j);
+  return j;
+}
+
+StatusOr<BarrierRequest> BarrierRequest::Parse(const json& j) {
+  JsonFields f(j, "CHECKPOINT_BARRIER");
+  BarrierRequest r;
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"rank", "incarnation", "step", "generation"}));
+  TESSERA_RETURN_IF_ERROR(Trainer(f, &r.trainer));
+  TESSERA_RETURN_IF_ERROR(f.Int("step", &r.step, true, 0, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("generation", &r.generation, true, 1, kMaxI64));
+  return r;
+}
+
+json BarrierReply::ToJson() const { return json{{"action", action}, {"served", served}, {"generation", generation}}; }
+
+StatusOr<BarrierReply> BarrierReply::Parse(const json& j) {
+  JsonFields f(j, "CHECKPOINT_BARRIER reply");
+  BarrierReply r;
+  TESSERA_RETURN_IF_ERROR(f.String("action", &r.action, true));
+  if (r.action != "continue" && r.action != "restart") {
+    return Status::InvalidArgument("CHECKPOINT_BARRIER reply.action: must be continue or restart, got " + r.action);
+  }
+  TESSERA_RETURN_IF_ERROR(f.Int("served", &r.served, true, 0, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("generation", &r.generation, true, 0, kMaxI64));
+  return r;
+}
+
+StatusOr<ReportDone> ReportDone::Parse(const json& j) {
+  JsonFields f(j, "REPORT_DONE");
+  ReportDone r;
+  TESSERA_RETURN_IF_ERROR(Trainer(f, &r.trainer));
+  TESSERA_RETURN_IF_ERROR(f.Bool("ok", &r.ok, true));
+  TESSERA_RETURN_IF_ERROR(f.String("error", &r.error, false));
+  if (!r.ok && r.error.empty()) r.error = "unknown error";
+  r.report = j;
+  return r;
+}
+
+json Command::ToJson() const {
+  json j = {{"command", command}};
+  if (command == "remove_ps") j["ps"] = ps;
+  if (!why.empty()) j["why"] = why;
+  return j;
+}
+
+StatusOr<Command> Command::Parse(const json& j) {
+  JsonFields f(j, "COMMAND");
+  Command r;
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"command", "ps", "why"}));
+  TESSERA_RETURN_IF_ERROR(f.String("command", &r.command, true));
+  TESSERA_RETURN_IF_ERROR(f.String("why", &r.why, false));
+  if (r.command == "remove_ps") {
+    TESSERA_RETURN_IF_ERROR(Rank(f, "ps", &r.ps));
+  } else if (r.command != "checkpoint") {
+    return Status::InvalidArgument("COMMAND.command: unknown command '" + r.command + "' (known: checkpoint, remove_ps)");
+  }
+  return r;
+}
+
+}  // namespace tessera

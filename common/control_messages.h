@@ -1,0 +1,157 @@
+// Every control-plane message between the members of a job and its master,
+// defined once: its fields, one ToJson and one Parse. Parse checks presence,
+// types and ranges and names the field it refuses ("HEARTBEAT.rank: must be
+// an integer, got \"0\""), so a handler never throws on a malformed body and
+// a sender cannot misspell a field. The receiver checks meaning (a member it
+// knows, a generation that runs). docs/wire_format.md mirrors this.
+//
+// The bodies travel as one JSON frame (messages.h: JsonMessage); a barrier
+// and a start reply may carry the trainer state as a second frame.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace tessera {
+
+// REGISTER: a parameter server or a trainer joins (again, after its master
+// was replaced: then with the generation it ran).
+struct RegisterRequest {
+  std::string role;  // "ps" or "trainer"
+  std::string host;
+  int64_t pid = 0;
+  int64_t generation = 0;
+  // A server's.
+  std::string endpoint;
+  int64_t memory_bytes = 0;
+  // A trainer's.
+  int rank = 0;
+  int world = 0;
+
+  nlohmann::json ToJson() const;
+  static StatusOr<RegisterRequest> Parse(const nlohmann::json& j);
+};
+
+struct RegisterReply {
+  int rank = 0;  // a server's member id; a trainer's rank
+  int64_t heartbeat_ms = 0;
+  int64_t peer_timeout_ms = 0;
+  int64_t master_reconnect_ms = 0;
+  int64_t master_id = 0;
+  int64_t incarnation = 0;  // a trainer's registration (0 for a server)
+
+  nlohmann::json ToJson() const;
+  static StatusOr<RegisterReply> Parse(const nlohmann::json& j);
+};
+
+// A trainer's report of the window of steps that ended at `step`.
+struct TrainerProgress {
+  int64_t step = 0;
+  double loss = 0;
+  double examples = 0;
+  double examples_per_s = 0;
+  int64_t generation = 0;
+
+  nlohmann::json ToJson() const;
+};
+
+// HEARTBEAT: a member is alive (and a trainer's progress, a server's stats).
+struct HeartbeatRequest {
+  std::string role;  // "ps" or "trainer"
+  int rank = 0;      // a server's member id; a trainer's rank
+  int64_t incarnation = 0;
+  int64_t master_id = 0;  // the master it registered with
+  std::optional<TrainerProgress> progress;
+  nlohmann::json stats;  // a server's counters (free form, for the summary)
+
+  nlohmann::json ToJson() const;
+  static StatusOr<HeartbeatRequest> Parse(const nlohmann::json& j);
+};
+
+struct HeartbeatReply {
+  std::string state;  // waiting, running, recovering, done, aborted
+  int64_t generation = 0;
+  std::string reason;      // when aborted
+  int64_t checkpoint = 0;  // a checkpoint request id not yet served; 0: none
+
+  nlohmann::json ToJson() const;
+  static StatusOr<HeartbeatReply> Parse(const nlohmann::json& j);
+};
+
+// Who a trainer's request comes from: its rank and its registration.
+struct TrainerId {
+  int rank = 0;
+  int64_t incarnation = 0;
+};
+
+// WAIT_START: answered by the first generation newer than `generation`.
+struct WaitStartRequest {
+  TrainerId trainer;
+  int64_t generation = 0;
+
+  nlohmann::json ToJson() const;
+  static StatusOr<WaitStartRequest> Parse(const nlohmann::json& j);
+};
+
+// The answer to WAIT_START (the trainer state, when starting from a
+// checkpoint, follows as a second frame).
+struct StartInfo {
+  nlohmann::json job;   // JobConfig::ToJson
+  nlohmann::json plan;  // ShardingPlan::ToJson
+  std::vector<std::string> ps_endpoints;
+  std::string dump_dir;
+  int64_t start_step = 0;
+  int64_t generation = 0;
+
+  nlohmann::json ToJson() const;
+  static StatusOr<StartInfo> Parse(const nlohmann::json& j);
+};
+
+// CHECKPOINT_BARRIER: a trainer waits at a step boundary (trainer 0 adds its
+// state as a second frame).
+struct BarrierRequest {
+  TrainerId trainer;
+  int64_t step = 0;
+  int64_t generation = 0;
+
+  nlohmann::json ToJson() const;
+  static StatusOr<BarrierRequest> Parse(const nlohmann::json& j);
+};
+
+struct BarrierReply {
+  std::string action;  // "continue", or "restart": the servers changed here
+  int64_t served = 0;  // the newest checkpoint request served
+  int64_t generation = 0;
+
+  nlohmann::json ToJson() const;
+  static StatusOr<BarrierReply> Parse(const nlohmann::json& j);
+};
+
+// REPORT_DONE: a trainer ended. `report` is the whole body (steps, losses,
+// eval: kept for the job summary).
+struct ReportDone {
+  TrainerId trainer;
+  bool ok = false;
+  std::string error;
+  nlohmann::json report;
+
+  static StatusOr<ReportDone> Parse(const nlohmann::json& j);
+};
+
+// COMMAND: an operator's request to the master.
+struct Command {
+  std::string command;  // "checkpoint" or "remove_ps"
+  int ps = -1;          // remove_ps: the server's member id
+  std::string why;
+
+  nlohmann::json ToJson() const;
+  static StatusOr<Command> Parse(const nlohmann::json& j);
+};
+
+}  // namespace tessera
