@@ -102,6 +102,14 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
     old_members = generation_ps_;
     generation = generation_ + 1;
   }
+  if (old_plan) {
+    // Servers that stay keep what they can: fewer rows change servers.
+    planner.previous = &*old_plan;
+    for (int m : members) {
+      auto it = std::find(old_members.begin(), old_members.end(), m);
+      planner.previous_rank.push_back(it == old_members.end() ? -1 : static_cast<int>(it - old_members.begin()));
+    }
+  }
   TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, PlanSharding(job_, planner));
   plan.version = static_cast<uint32_t>(generation);
   std::cout << FormatPlan(job_, plan) << std::flush;

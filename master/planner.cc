@@ -253,6 +253,19 @@ class Planner {
       std::vector<int> candidates = group_.count(s.table) ? group_[s.table] : AllowedServers(t);
       int best = -1;
       double best_score = kInf;
+      // Where most of its rows are already, if that keeps the balance.
+      int64_t best_kept = 0;
+      for (int ps : candidates) {
+        const int64_t budget = options_.servers[ps].memory_bytes;
+        if (budget > 0 && bytes_[ps] + b > budget) continue;
+        if (used[s.table].count(ps)) continue;
+        const int64_t kept = KeptElements(s, ps);
+        const double limit = 1.0 + options_.stay_tolerance;
+        if (kept > best_kept && (bytes_[ps] + b) / share[ps] <= limit && (cost_[ps] + c) / cost_norm <= limit) {
+          best_kept = kept;
+          best = ps;
+        }
+      }
       for (int pass = 0; pass < 2 && best < 0; ++pass) {
         for (int ps : candidates) {
           const int64_t budget = options_.servers[ps].memory_bytes;
@@ -286,6 +299,24 @@ class Planner {
       used[s.table].insert(best);
     }
     return plan_;
+  }
+
+  // Elements (rows x columns) of `s` that server `ps` of the new plan holds
+  // under the previous plan.
+  int64_t KeptElements(const ShardSpec& s, int ps) const {
+    if (options_.previous == nullptr || ps >= static_cast<int>(options_.previous_rank.size())) return 0;
+    const int old_rank = options_.previous_rank[ps];
+    if (old_rank < 0) return 0;
+    int64_t kept = 0;
+    for (const ShardSpec& o : options_.previous->shards) {
+      if (o.table != s.table || o.ps != old_rank) continue;
+      const int64_t rows = std::min(o.row_offset + o.num_rows, s.row_offset + s.num_rows) -
+                           std::max(o.row_offset, s.row_offset);
+      const int64_t cols = std::min<int64_t>(o.col_offset + o.num_cols, s.col_offset + s.num_cols) -
+                           std::max<int64_t>(o.col_offset, s.col_offset);
+      if (rows > 0 && cols > 0) kept += rows * cols;
+    }
+    return kept;
   }
 
   const JobConfig& job_;

@@ -39,6 +39,15 @@ struct PlannerOptions {
   // (when its constraints allow), so no server ends up holding much more.
   double split_fraction = 0.5;
 
+  // Re-planning a running job: the plan it runs, and for each server of the
+  // new plan its rank in that one (-1: a newcomer). A shard then stays on the
+  // server that holds most of its rows already, as long as that server's
+  // load stays within (1 + stay_tolerance) of its fair share, so a change
+  // of the servers moves few rows; the rest are placed as usual.
+  const ShardingPlan* previous = nullptr;
+  std::vector<int> previous_rank;
+  double stay_tolerance = 0.2;
+
   // n equal servers without memory limits, each on its own host.
   static PlannerOptions Uniform(int n);
 };

@@ -190,5 +190,66 @@ TEST(PlannerTest, BadConstraintsAreErrors) {
   EXPECT_FALSE(PlanSharding(Job({Table("t", 10, 4)}), PlannerOptions::Uniform(0)).ok());
 }
 
+// Elements of `plan` placed on a server that did not hold them under `old`
+// (servers named by old rank through `rank`: new rank -> old rank or -1).
+int64_t MovedElements(const ShardingPlan& old, const ShardingPlan& plan, const std::vector<int>& rank) {
+  int64_t moved = 0;
+  for (const ShardSpec& n : plan.shards) {
+    int64_t kept = 0;
+    for (const ShardSpec& o : old.shards) {
+      if (o.table != n.table || rank[n.ps] != o.ps) continue;
+      const int64_t rows = std::min(o.row_offset + o.num_rows, n.row_offset + n.num_rows) -
+                           std::max(o.row_offset, n.row_offset);
+      const int64_t cols = std::min<int64_t>(o.col_offset + o.num_cols, n.col_offset + n.num_cols) -
+                           std::max<int64_t>(o.col_offset, n.col_offset);
+      if (rows > 0 && cols > 0) kept += rows * cols;
+    }
+    moved += n.num_rows * n.num_cols - kept;
+  }
+  return moved;
+}
+
+TEST(PlannerTest, AddingAServerMovesFewRowsAndKeepsTheBalance) {
+  // 8 equal table-wise tables and one row-wise table, 2 servers -> 3.
+  std::vector<TableConfig> tables;
+  for (int i = 0; i < 8; ++i) tables.push_back(Table("t" + std::to_string(i), 1000, 16, "table_wise"));
+  tables.push_back(Table("rows", 3000, 16, "row_wise"));
+  JobConfig job = Job(tables);
+  auto two = PlanSharding(job, PlannerOptions::Uniform(2));
+  ASSERT_TRUE(two.ok()) << two.status();
+  const int64_t total = 8 * 1000 * 16 + 3000 * 16;
+
+  PlannerOptions fresh = PlannerOptions::Uniform(3);
+  auto unaware = PlanSharding(job, fresh);
+  ASSERT_TRUE(unaware.ok()) << unaware.status();
+  PlannerOptions sticky = PlannerOptions::Uniform(3);
+  sticky.previous = &*two;
+  sticky.previous_rank = {0, 1, -1};
+  auto three = PlanSharding(job, sticky);
+  ASSERT_TRUE(three.ok()) << three.status();
+
+  const int64_t moved = MovedElements(*two, *three, sticky.previous_rank);
+  const int64_t moved_unaware = MovedElements(*two, *unaware, sticky.previous_rank);
+  std::cout << "[ info     ] 2 -> 3 servers: " << moved << " of " << total << " elements move (" << moved_unaware
+            << " without the previous plan)\n";
+  // The newcomer's fair third is the least that can move: 2-3 tables' worth
+  // plus a third of the row-wise table.
+  EXPECT_LE(moved, total / 3 + 1000 * 16);
+  EXPECT_LT(moved, moved_unaware);
+  // Balanced still: no server above its share by more than the tolerance.
+  const auto bytes = BytesPerServer(job, *three);
+  const double share = static_cast<double>(std::accumulate(bytes.begin(), bytes.end(), int64_t{0})) / 3;
+  for (int64_t b : bytes) EXPECT_LE(static_cast<double>(b), share * (1 + sticky.stay_tolerance) + 1) << b;
+
+  // Removing the newcomer again (3 -> 2): what it held moves, little else.
+  PlannerOptions back = PlannerOptions::Uniform(2);
+  back.previous = &*three;
+  back.previous_rank = {0, 1};
+  auto two_again = PlanSharding(job, back);
+  ASSERT_TRUE(two_again.ok()) << two_again.status();
+  const int64_t on_newcomer = BytesPerServer(job, *three)[2] / 4;  // sgd: no state; 4 bytes a float
+  EXPECT_LE(MovedElements(*three, *two_again, back.previous_rank), on_newcomer + 1000 * 16);
+}
+
 }  // namespace
 }  // namespace tessera
