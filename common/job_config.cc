@@ -368,11 +368,12 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
   if (const json* rt = f.Get("runtime")) {
     JsonFields rf(*rt, "runtime");
     TESSERA_RETURN_IF_ERROR(rf.OnlyKeys(
-        {"heartbeat_ms", "peer_timeout_ms", "rpc_timeout_ms", "context_ttl_ms", "collective_timeout_ms",
+        {"heartbeat_ms", "peer_timeout_ms", "connection_loss_ms", "rpc_timeout_ms", "context_ttl_ms", "collective_timeout_ms",
          "recover_lost_servers", "replacement_wait_ms", "max_recoveries",
          "recover_lost_trainers", "trainer_replacement_wait_ms", "master_reconnect_ms"}));
     TESSERA_RETURN_IF_ERROR(rf.Int("heartbeat_ms", &c.runtime.heartbeat_ms, false, 10, 600000));
     TESSERA_RETURN_IF_ERROR(rf.Int("peer_timeout_ms", &c.runtime.peer_timeout_ms, false, 100, 86400000));
+    TESSERA_RETURN_IF_ERROR(rf.Int("connection_loss_ms", &c.runtime.connection_loss_ms, false, 0, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Int("rpc_timeout_ms", &c.runtime.rpc_timeout_ms, false, 100, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Int("context_ttl_ms", &c.runtime.context_ttl_ms, false, 100, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Int("collective_timeout_ms", &c.runtime.collective_timeout_ms, false, 100, 86400000));
@@ -513,6 +514,7 @@ json JobConfig::ToJson() const {
         {"recover_lost_servers", runtime.recover_lost_servers},
         {"replacement_wait_ms", runtime.replacement_wait_ms},
         {"max_recoveries", runtime.max_recoveries},
+        {"connection_loss_ms", runtime.connection_loss_ms},
         {"recover_lost_trainers", runtime.recover_lost_trainers},
         {"trainer_replacement_wait_ms", runtime.trainer_replacement_wait_ms},
         {"master_reconnect_ms", runtime.master_reconnect_ms}}},

@@ -135,6 +135,12 @@ struct RuntimeConfig {
   int64_t heartbeat_ms = 500;
   // A peer silent for this long is dead: the master ends the job.
   int64_t peer_timeout_ms = 10000;
+  // A parameter server whose connection from the master closed and stayed
+  // closed this long is dead, silent or not: a crashed process closes its
+  // connections at once, so a crash is found in about this time rather
+  // than peer_timeout_ms (a hung one keeps them open: silence finds it).
+  // 0: only silence counts.
+  int64_t connection_loss_ms = 1000;
   // Deadline of one lookup or push (a sync lookup waits for slower trainers).
   int64_t rpc_timeout_ms = 120000;
   // A backward context never completed is dropped after this long.

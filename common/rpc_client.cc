@@ -1,5 +1,6 @@
 #include "common/rpc_client.h"
 
+#include <cstring>
 #include <future>
 
 #include <glog/logging.h>
@@ -40,8 +41,15 @@ RpcClient::~RpcClient() {
   stop_ = true;
   wakeup_->Signal();
   if (io_thread_.joinable()) io_thread_.join();
+  monitors_.clear();
   sockets_.clear();
   context_.reset();
+}
+
+std::optional<std::chrono::steady_clock::time_point> RpcClient::DisconnectedSince(int peer) const {
+  std::lock_guard<std::mutex> lock(links_mu_);
+  if (peer < 0 || peer >= static_cast<int>(links_.size())) return std::nullopt;
+  return links_[peer].down_since;
 }
 
 StatusOr<int> RpcClient::Connect(const std::string& endpoint) {
@@ -89,6 +97,27 @@ void RpcClient::CancelCalls(int peer, const Status& why) {
   wakeup_->Signal();
 }
 
+void RpcClient::ReadMonitor(int peer) {
+  for (;;) {
+    // An event is two frames: 2 bytes of event id and 4 of value, then the
+    // endpoint.
+    zmq::message_t event, address;
+    if (!monitors_[peer]->recv(event, zmq::recv_flags::dontwait)) return;
+    if (event.more()) (void)monitors_[peer]->recv(address, zmq::recv_flags::dontwait);
+    if (event.size() < sizeof(uint16_t)) continue;
+    uint16_t id = 0;
+    std::memcpy(&id, event.data(), sizeof(id));
+    std::lock_guard<std::mutex> lock(links_mu_);
+    Link& link = links_[peer];
+    if (id == ZMQ_EVENT_CONNECTED) {
+      link.ever_connected = true;
+      link.down_since.reset();
+    } else if (id == ZMQ_EVENT_DISCONNECTED && link.ever_connected && !link.down_since) {
+      link.down_since = std::chrono::steady_clock::now();
+    }
+  }
+}
+
 void RpcClient::IoLoop() {
   std::vector<zmq::pollitem_t> items;
   std::deque<Outgoing> out;
@@ -100,6 +129,7 @@ void RpcClient::IoLoop() {
     items.clear();
     items.push_back({nullptr, wakeup_->fd(), ZMQ_POLLIN, 0});
     for (auto& s : sockets_) items.push_back({static_cast<void*>(*s), 0, ZMQ_POLLIN, 0});
+    for (auto& m : monitors_) items.push_back({static_cast<void*>(*m), 0, ZMQ_POLLIN, 0});
     // Wake at least every 20 ms to expire deadlines.
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(20));
@@ -122,8 +152,24 @@ void RpcClient::IoLoop() {
         s->set(zmq::sockopt::linger, 0);
         s->set(zmq::sockopt::sndhwm, 100000);
         s->set(zmq::sockopt::rcvhwm, 100000);
+        // Its connection events come in on a PAIR of our own.
+        const std::string monitor_address =
+            "inproc://rpc-client-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" +
+            std::to_string(sockets_.size());
+        if (zmq_socket_monitor(static_cast<void*>(*s), monitor_address.c_str(),
+                               ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+          throw zmq::error_t();
+        }
+        auto monitor = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::pair);
+        monitor->set(zmq::sockopt::linger, 0);
+        monitor->connect(monitor_address);
         s->connect(c.endpoint);
         sockets_.push_back(std::move(s));
+        monitors_.push_back(std::move(monitor));
+        {
+          std::lock_guard<std::mutex> lock(links_mu_);
+          links_.emplace_back();
+        }
         c.done(static_cast<int>(sockets_.size()) - 1);
       } catch (const zmq::error_t& e) {
         c.done(Status::InvalidArgument("cannot connect to " + c.endpoint + ": " + e.what()));
@@ -179,6 +225,11 @@ void RpcClient::IoLoop() {
           done(std::move(m));
         }
       }
+    }
+
+    const size_t first_monitor = 1 + sockets_.size();
+    for (size_t i = 0; i < monitors_.size() && first_monitor + i < items.size(); ++i) {
+      if (items[first_monitor + i].revents & ZMQ_POLLIN) ReadMonitor(static_cast<int>(i));
     }
 
     const auto now = std::chrono::steady_clock::now();

@@ -71,9 +71,18 @@ class RpcClient {
   // A reply that still arrives is dropped. Calls started later are unaffected.
   void CancelCalls(int peer, const Status& why);
 
+  // When the TCP connection to `peer` closed and has not come back since
+  // (ZeroMQ reconnects by itself); nullopt while it is up or before it was
+  // first made. A process that dies closes its connections at once, so a
+  // connection down for a second is a faster sign of a crash than silence;
+  // a hung process keeps them up.
+  std::optional<std::chrono::steady_clock::time_point> DisconnectedSince(int peer) const;
+
  private:
   RpcClient() = default;
   void IoLoop();
+  // Takes the connection events of `peer`'s socket. I/O thread.
+  void ReadMonitor(int peer);
 
   struct Outgoing {
     int peer;
@@ -102,8 +111,18 @@ class RpcClient {
   std::deque<ConnectRequest> connects_;    // GUARDED_BY(mu_)
   std::vector<std::pair<int, Status>> cancels_;  // GUARDED_BY(mu_)
 
+  // Each peer's connection: up, or down since when (from its socket's
+  // monitor events).
+  struct Link {
+    bool ever_connected = false;
+    std::optional<std::chrono::steady_clock::time_point> down_since;
+  };
+  mutable std::mutex links_mu_;
+  std::vector<Link> links_;  // GUARDED_BY(links_mu_): by peer
+
   // Owned by the I/O thread.
   std::vector<std::unique_ptr<zmq::socket_t>> sockets_;
+  std::vector<std::unique_ptr<zmq::socket_t>> monitors_;  // by peer: its socket's events (PAIR)
   std::map<uint64_t, Pending> pending_;
 };
 

@@ -228,6 +228,38 @@ TEST(RpcClientTest, CancelCallsEndsOnlyThatPeersCallsInFlight) {
   EXPECT_TRUE(later.Wait().ok());
 }
 
+TEST(RpcClientTest, DisconnectedSinceTellsAPeerThatWentAwayAndCameBack) {
+  auto server = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
+  ASSERT_TRUE(server.ok());
+  const std::string endpoint = (*server)->endpoint();
+  auto client = RpcClient::Create();
+  ASSERT_TRUE(client.ok());
+  auto peer = (*client)->Connect(endpoint);
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE((*client)->CallSync(*peer, Message(Opcode::kHeartbeat), milliseconds(5000)).ok());
+  EXPECT_FALSE((*client)->DisconnectedSince(*peer).has_value());
+  EXPECT_FALSE((*client)->DisconnectedSince(*peer + 1).has_value());  // no such peer
+
+  const auto before = std::chrono::steady_clock::now();
+  server->reset();  // the peer goes away: its connection closes
+  bool down = false;
+  for (int i = 0; i < 300 && !down; ++i) {
+    down = (*client)->DisconnectedSince(*peer).has_value();
+    if (!down) std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_TRUE(down) << "no disconnect seen within 3 s";
+  EXPECT_GE(*(*client)->DisconnectedSince(*peer), before);
+
+  // Back on the same address: the client reconnects by itself.
+  auto again = RpcServer::Start(RpcServerOptions{endpoint, 1}, [](Message&&, Responder r) { r.ReplyOk(); });
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE((*client)->CallSync(*peer, Message(Opcode::kHeartbeat), milliseconds(10000)).ok());
+  for (int i = 0; i < 300 && (*client)->DisconnectedSince(*peer).has_value(); ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_FALSE((*client)->DisconnectedSince(*peer).has_value());
+}
+
 TEST(RpcServerTest, BindFailureIsAnError) {
   auto a = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
   ASSERT_TRUE(a.ok());

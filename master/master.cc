@@ -156,6 +156,21 @@ Status Master::FindDeadMember(Clock::time_point now, int* ps, int* trainer) {
       ++it;
     }
   }
+  // A server of the generation whose connection closed and stayed closed
+  // crashed: no need to wait for its silence.
+  if (job_.runtime.connection_loss_ms > 0) {
+    for (int id : generation_ps_) {
+      auto peer = ps_peers_.find(id);
+      if (peer == ps_peers_.end() || ps_.count(id) == 0) continue;
+      const auto down = client_->DisconnectedSince(peer->second);
+      if (down && now - *down >= milliseconds(job_.runtime.connection_loss_ms)) {
+        *ps = id;
+        if (trainer != nullptr) *trainer = -1;
+        return Status::Unavailable(DescribeServer(id) + " closed its connection " + silent(*down) +
+                                   " s ago and did not reconnect: it died");
+      }
+    }
+  }
   // When several are silent, the one silent longest went first; the others
   // are often stuck waiting for it (an allreduce, a sync lookup).
   Clock::time_point oldest = now - timeout;
@@ -260,9 +275,14 @@ json Master::CallServer(int member, Opcode op, const json& body, milliseconds ti
     std::this_thread::sleep_for(milliseconds(50));
     std::lock_guard<std::mutex> lock(mu_);
     auto it = ps_.find(member);
-    if (it == ps_.end() || Clock::now() - it->second.last_seen > milliseconds(job_.runtime.peer_timeout_ms)) {
-      client_->CancelCalls(*peer, Status::Unavailable(DescribeServer(member) + " stopped sending heartbeats during " +
-                                                      OpcodeName(op) + ": it died or hangs"));
+    const auto down = client_->DisconnectedSince(*peer);
+    const bool crashed = job_.runtime.connection_loss_ms > 0 && down &&
+                         Clock::now() - *down >= milliseconds(job_.runtime.connection_loss_ms);
+    if (it == ps_.end() || crashed ||
+        Clock::now() - it->second.last_seen > milliseconds(job_.runtime.peer_timeout_ms)) {
+      client_->CancelCalls(*peer, Status::Unavailable(DescribeServer(member) +
+                                                      (crashed ? " closed its connection during " : " stopped sending heartbeats during ") +
+                                                      OpcodeName(op) + (crashed ? ": it died" : ": it died or hangs")));
       break;
     }
   }
