@@ -177,8 +177,11 @@ struct CheckpointConfig {
   // Where checkpoints go; every server and the master must reach it. "" = none.
   std::string dir;
   // Take one every this many steps (0 = only on demand: SIGUSR1 to the master
-  // or `tessera_master --control checkpoint --master ...`).
-  int64_t every_steps = 0;
+  // or `tessera_master --control checkpoint --master ...`). A checkpoint
+  // pauses training for about one write of every row (W2, 400 MB: ~0.2 s,
+  // ~6 steps, on the dev machine): at 1000 that is under 1% of step time,
+  // and a lost member replays at most 1000 steps. Only with `dir` set.
+  int64_t every_steps = 1000;
   // Complete checkpoints kept; older ones are deleted once a newer is complete.
   int keep = 2;
 };

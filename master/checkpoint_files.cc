@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -47,20 +49,42 @@ std::string CheckpointDir(const std::string& root, int64_t step) {
   return (fs::path(root) / name).string();
 }
 
-Status WriteManifest(const std::string& dir, const nlohmann::json& manifest) {
-  const std::string path = dir + "/manifest.json", tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return Status::Unavailable("cannot write " + tmp);
-    out << manifest.dump(2) << "\n";
-    out.flush();
-    if (!out) return Status::ResourceExhausted("short write to " + tmp + " (disk full?)");
+Status WriteFileDurably(const std::string& path, const std::string& bytes) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::Unavailable("cannot create " + path + ": " + std::strerror(errno));
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  Status st;
+  while (left > 0 && st.ok()) {
+    const ssize_t k = write(fd, p, left);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      st = errno == ENOSPC ? Status::ResourceExhausted("cannot write " + path + " (disk full)")
+                           : Status::Unavailable("cannot write " + path + ": " + std::strerror(errno));
+    } else {
+      p += k;
+      left -= static_cast<size_t>(k);
+    }
   }
-  TESSERA_RETURN_IF_ERROR(SyncPath(tmp, false));
+  if (st.ok() && fsync(fd) != 0) st = Status::Unavailable("cannot flush " + path + " to disk");
+  if (close(fd) != 0 && st.ok()) st = Status::Unavailable("cannot close " + path);
+  return st;
+}
+
+Status WriteManifest(const std::string& dir, const nlohmann::json& manifest, int64_t* bytes) {
+  TESSERA_RETURN_IF_ERROR(SyncPath(dir, true));
+  const std::string path = dir + "/manifest.json", tmp = path + ".tmp";
+  const std::string text = manifest.dump(2) + "\n";
+  TESSERA_RETURN_IF_ERROR(WriteFileDurably(tmp, text));
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) return Status::Unavailable("cannot rename " + tmp + ": " + ec.message());
-  return SyncPath(dir, true);
+  TESSERA_RETURN_IF_ERROR(SyncPath(dir, true));
+  // The checkpoint's own folder, new in the root.
+  const fs::path parent = fs::path(dir).parent_path();
+  TESSERA_RETURN_IF_ERROR(SyncPath(parent.empty() ? "." : parent.string(), true));
+  if (bytes != nullptr) *bytes = static_cast<int64_t>(text.size());
+  return Status::OK();
 }
 
 StatusOr<nlohmann::json> FindNewestCheckpoint(const std::string& root, std::string* dir) {

@@ -5,7 +5,7 @@
 //     trainer.params      trainer 0's dense model, dense optimizer state and
 //                         data-parallel tables (common/param_file.h)
 //     manifest.json       written last, atomically: {step, job, plan, shards:
-//                         [{shard_id, path}], trainer_state}
+//                         [{shard_id, path, rows, bytes}], trainer_state}
 //
 // A checkpoint is complete only when its manifest exists; one without is the
 // remains of an interrupted checkpoint and is never loaded.
@@ -22,9 +22,17 @@ namespace tessera {
 
 std::string CheckpointDir(const std::string& root, int64_t step);
 
-// Writes manifest.json into dir: to a temporary file, flushed to disk,
-// renamed, and the directory flushed, so it appears whole or not at all.
-Status WriteManifest(const std::string& dir, const nlohmann::json& manifest);
+// Writes `bytes` to path and flushes them to disk (fsync). Its name in its
+// folder is made durable by the folder's fsync: WriteManifest does it.
+Status WriteFileDurably(const std::string& path, const std::string& bytes);
+
+// Writes manifest.json into dir, the last step of a checkpoint: first makes
+// the names already in dir durable (the servers' folders, trainer.params: their
+// contents are on disk already), then writes the manifest to a temporary file,
+// flushes it, renames it and flushes dir and its parent, so the manifest
+// appears whole or not at all, and only over durable data. *bytes (if set):
+// the manifest's size.
+Status WriteManifest(const std::string& dir, const nlohmann::json& manifest, int64_t* bytes = nullptr);
 
 // The newest complete checkpoint under root: its manifest, and its folder in
 // *dir. NOT_FOUND when there is none.

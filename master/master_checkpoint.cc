@@ -8,10 +8,16 @@
 // applied exactly the gradients of steps < s. Each server then snapshots its
 // shards, trainer 0's dense model and optimizer state go next to them, and
 // the manifest is written last: until it exists the checkpoint does not.
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <glog/logging.h>
 
@@ -71,6 +77,9 @@ Status Master::ServeBarrier(std::unique_lock<std::mutex>* lock) {
     case StepBarrier<Responder>::Outcome::kMismatch: return Status::Internal(why);
     case StepBarrier<Responder>::Outcome::kComplete: break;
   }
+  // The trainers' pause runs from the first arrival to the replies below.
+  const Clock::time_point paused_at = barrier_.first_arrival();
+  const double barrier_wait_s = std::chrono::duration<double>(Clock::now() - paused_at).count();
   std::vector<Responder> waiting = barrier_.TakeAll();
   const std::string state = std::move(barrier_state_);
   barrier_state_.clear();
@@ -79,12 +88,13 @@ Status Master::ServeBarrier(std::unique_lock<std::mutex>* lock) {
   const bool change = !job_.checkpoint.dir.empty() && ServerChangePending();
   const std::vector<int> next = NextServers();
   Status st;
-  bool restarted = false;
+  bool restarted = false, taken = false;
   if (serving > checkpoint_served_id_ || periodic || change) {
     lock->unlock();
     std::string dir;
     json manifest;
     st = TakeCheckpoint(step, state, &dir, &manifest);
+    taken = st.ok();
     if (st.ok() && change) {
       // The new servers start from this checkpoint: nothing is rolled back.
       auto from = ReadRestorePoint(dir, manifest);
@@ -103,6 +113,19 @@ Status Master::ServeBarrier(std::unique_lock<std::mutex>* lock) {
       r.ReplyError(st);
     }
   }
+  if (taken) {
+    const double pause_s = std::chrono::duration<double>(Clock::now() - paused_at).count();
+    if (!checkpoints_.empty() && checkpoints_.back().value("step", int64_t{-1}) == step) {
+      checkpoints_.back()["pause_s"] = pause_s;
+      checkpoints_.back()["barrier_wait_s"] = barrier_wait_s;
+    }
+    // Old checkpoints go once the trainers are on their way: deleting them
+    // is no part of the new one.
+    lock->unlock();
+    Status pruned = PruneCheckpoints(job_.checkpoint.dir, job_.checkpoint.keep);
+    lock->lock();
+    if (!pruned.ok()) LOG(WARNING) << "checkpoint at step " << step << ": " << pruned;
+  }
   if (!st.ok() && job_.runtime.recover_lost_servers) {
     int dead = -1;
     if (!FindDeadMember(Clock::now(), &dead).ok() && dead >= 0) {
@@ -117,6 +140,7 @@ Status Master::ServeBarrier(std::unique_lock<std::mutex>* lock) {
 Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state, std::string* dir_out,
                               json* manifest_out) {
   const auto start = Clock::now();
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   if (trainer_state.empty()) return Status::Internal("trainer 0 sent no state to the checkpoint barrier");
   const std::string root = job_.checkpoint.dir;
   const std::string dir = CheckpointDir(root, step);
@@ -131,21 +155,105 @@ Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state, st
     members = generation_ps_;
     plan_json = plan_->ToJson();
   }
-  json shards = json::array();
+
+  // Every server snapshots at once; the trainers wait for the slowest, not
+  // for the sum. Replies wake this thread as they come (no polling), and
+  // meanwhile it watches the servers' heartbeats, as CallServer does, so a
+  // server that dies mid-snapshot ends the checkpoint at once.
+  struct Replies {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::optional<StatusOr<Message>>> reply;
+    std::vector<double> seconds;
+    size_t done = 0;
+  };
+  auto replies = std::make_shared<Replies>();  // outlives this call if a callback comes late
+  replies->reply.resize(members.size());
+  replies->seconds.resize(members.size());
+  std::vector<int> peers(members.size(), -1);
   for (size_t rank = 0; rank < members.size(); ++rank) {
-    Status st;
-    json reply = CallServer(members[rank], Opcode::kSnapshot,
-                            json{{"dir", dir + "/ps" + std::to_string(rank)}, {"step", step}}, milliseconds(600000),
-                            &st, /*watch=*/true);
-    if (!st.ok()) return st.WithContext("checkpoint of " + DescribeServer(members[rank]));
-    for (const json& s : reply.value("shards", json::array())) shards.push_back(s);
+    auto peer = ServerPeer(members[rank]);
+    if (!peer.ok()) {
+      std::lock_guard<std::mutex> lock(replies->mu);
+      replies->reply[rank] = peer.status();
+      ++replies->done;
+      continue;
+    }
+    peers[rank] = *peer;
+    json body = {{"dir", dir + "/ps" + std::to_string(rank)}, {"step", step}};
+    client_->CallAsync(*peer, EncodeJson(Opcode::kSnapshot, body), milliseconds(600000),
+                       [replies, rank, start](StatusOr<Message> m) {
+                         std::lock_guard<std::mutex> lock(replies->mu);
+                         replies->reply[rank] = std::move(m);
+                         replies->seconds[rank] = std::chrono::duration<double>(Clock::now() - start).count();
+                         ++replies->done;
+                         replies->cv.notify_all();
+                       });
   }
-  {
-    std::ofstream out(dir + "/trainer.params", std::ios::binary | std::ios::trunc);
-    out.write(trainer_state.data(), static_cast<std::streamsize>(trainer_state.size()));
-    out.flush();
-    if (!out) return Status::ResourceExhausted("cannot write " + dir + "/trainer.params (disk full?)");
+
+  // Trainer 0's state goes to disk while the servers write theirs.
+  const auto state_start = Clock::now();
+  Status state_st = WriteFileDurably(dir + "/trainer.params", trainer_state);
+  const double trainer_state_s = since(state_start);
+
+  std::vector<bool> cancelled(members.size(), false);
+  for (;;) {
+    std::vector<bool> pending(members.size());
+    {
+      std::unique_lock<std::mutex> wait(replies->mu);
+      if (replies->cv.wait_for(wait, milliseconds(50), [&] { return replies->done == members.size(); })) break;
+      for (size_t rank = 0; rank < members.size(); ++rank) pending[rank] = !replies->reply[rank].has_value();
+    }
+    std::vector<std::pair<int, Status>> silent;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t rank = 0; rank < members.size(); ++rank) {
+        if (!pending[rank] || cancelled[rank]) continue;
+        auto it = ps_.find(members[rank]);
+        if (it == ps_.end() || Clock::now() - it->second.last_seen > milliseconds(job_.runtime.peer_timeout_ms)) {
+          cancelled[rank] = true;
+          silent.emplace_back(peers[rank], Status::Unavailable(DescribeServer(members[rank]) +
+                                                               " stopped sending heartbeats during " +
+                                                               OpcodeName(Opcode::kSnapshot) + ": it died or hangs"));
+        }
+      }
+    }
+    for (const auto& [peer, why] : silent) client_->CancelCalls(peer, why);
   }
+  const double snapshot_s = since(start);
+
+  json shards = json::array(), servers = json::array();
+  int64_t rows = 0, bytes = static_cast<int64_t>(trainer_state.size());
+  for (size_t rank = 0; rank < members.size(); ++rank) {
+    StatusOr<Message>& m = *replies->reply[rank];
+    StatusOr<json> reply = m.ok() ? (m->frames.empty() ? StatusOr<json>(json::object()) : DecodeJson(*m))
+                                  : StatusOr<json>(m.status());
+    if (!reply.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      return reply.status().WithContext("checkpoint of " + DescribeServer(members[rank]));
+    }
+    json server = {{"member", members[rank]}, {"seconds", replies->seconds[rank]}, {"rows", 0}, {"bytes", 0},
+                   {"write_s", 0.0}, {"sync_s", 0.0}};
+    const json listed = reply->value("shards", json::array());
+    for (const json& s : listed.is_array() ? listed : json::array()) {
+      if (!s.is_object()) continue;
+      // Shards are written side by side: these are sums, not wall time.
+      for (const char* k : {"rows", "bytes", "write_s", "sync_s"}) {
+        auto v = s.find(k);
+        if (v != s.end() && v->is_number()) server[k] = server[k].get<double>() + v->get<double>();
+      }
+      // The manifest keeps what the server says of the shard, less its timings.
+      json entry = s;
+      entry.erase("write_s");
+      entry.erase("sync_s");
+      shards.push_back(std::move(entry));
+    }
+    for (const char* k : {"rows", "bytes"}) server[k] = static_cast<int64_t>(server[k].get<double>());
+    rows += server["rows"].get<int64_t>();
+    bytes += server["bytes"].get<int64_t>();
+    servers.push_back(std::move(server));
+  }
+  if (!state_st.ok()) return state_st.WithContext("checkpoint at step " + std::to_string(step));
   if (options_.crash_in_checkpoint > 0 && ++checkpoints_attempted_ == options_.crash_in_checkpoint &&
       options_.crash_hook) {
     LOG(ERROR) << "crashing in the middle of checkpoint " << checkpoints_attempted_ << " (test fault injection)";
@@ -157,15 +265,26 @@ Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state, st
                    {"plan", plan_json},
                    {"shards", shards},
                    {"trainer_state", "trainer.params"}};
-  TESSERA_RETURN_IF_ERROR(WriteManifest(dir, manifest));
-  TESSERA_RETURN_IF_ERROR(PruneCheckpoints(root, job_.checkpoint.keep));
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  std::cout << "[master] checkpoint at step " << step << " complete in " << dir << " (" << seconds << " s)"
-            << std::endl;
+  const auto manifest_start = Clock::now();
+  int64_t manifest_bytes = 0;
+  TESSERA_RETURN_IF_ERROR(WriteManifest(dir, manifest, &manifest_bytes));
+  const double manifest_s = since(manifest_start);
+  bytes += manifest_bytes;
+  const double seconds = since(start);
+  std::cout << "[master] checkpoint at step " << step << " complete in " << dir << " (" << seconds << " s); "
+            << rows << " rows, " << bytes / 1e6 << " MB" << std::endl;
   *dir_out = dir;
   *manifest_out = std::move(manifest);
   std::lock_guard<std::mutex> lock(mu_);
-  checkpoints_.push_back({{"step", step}, {"dir", dir}, {"seconds", seconds}});
+  checkpoints_.push_back({{"step", step},
+                          {"dir", dir},
+                          {"seconds", seconds},
+                          {"rows", rows},
+                          {"bytes", bytes},
+                          {"snapshot_s", snapshot_s},
+                          {"trainer_state_s", trainer_state_s},
+                          {"manifest_s", manifest_s},
+                          {"servers", servers}});
   return Status::OK();
 }
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -30,7 +31,16 @@ class StepBarrier {
 
   // Records `rank`'s arrival at `step`; a second arrival of the same rank
   // (a retried call) replaces the first. REQUIRES: 0 <= rank < world.
-  void Arrive(int rank, int64_t step, Waiter waiter) { arrivals_[rank] = Arrival{step, std::move(waiter)}; }
+  void Arrive(int rank, int64_t step, Waiter waiter) {
+    if (std::none_of(arrivals_.begin(), arrivals_.end(), [](const auto& a) { return a.has_value(); })) {
+      first_arrival_ = std::chrono::steady_clock::now();
+    }
+    arrivals_[rank] = Arrival{step, std::move(waiter)};
+  }
+
+  // When the first waiter now in the barrier arrived: the trainers' pause at
+  // a boundary starts there (checkpoint costs are measured from it).
+  std::chrono::steady_clock::time_point first_arrival() const { return first_arrival_; }
 
   // Whether every rank for which `training(rank)` holds has arrived, at one
   // step (*step) or at several (*why names two of them). Ranks that no
@@ -71,6 +81,7 @@ class StepBarrier {
     Waiter waiter;
   };
   std::vector<std::optional<Arrival>> arrivals_;
+  std::chrono::steady_clock::time_point first_arrival_;
 };
 
 }  // namespace tessera

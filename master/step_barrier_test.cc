@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 namespace tessera {
 namespace {
@@ -56,6 +58,19 @@ TEST(StepBarrierTest, ARetriedArrivalReplacesTheFirst) {
   std::string why;
   ASSERT_EQ(b.Check(All, &step, &why), StepBarrier<int>::Outcome::kComplete);
   EXPECT_EQ(b.TakeAll(), std::vector<int>{2});
+}
+
+TEST(StepBarrierTest, FirstArrivalIsWhenTheEarliestWaiterCame) {
+  // The pause a checkpoint costs the trainers starts at the first arrival.
+  StepBarrier<int> b(2);
+  b.Arrive(1, 9, 1);
+  const auto first = b.first_arrival();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  b.Arrive(0, 9, 2);
+  EXPECT_EQ(b.first_arrival(), first);
+  b.TakeAll();
+  b.Arrive(0, 10, 3);
+  EXPECT_GT(b.first_arrival(), first);  // a new boundary, a new pause
 }
 
 }  // namespace

@@ -1,7 +1,12 @@
 // The parameter server's side of checkpoints: snapshot its shards at a step
 // boundary, and fill new shards from a checkpoint taken under another plan.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include <glog/logging.h>
 #include <nlohmann/json.hpp>
@@ -14,27 +19,67 @@ namespace tessera {
 
 using nlohmann::json;
 
+namespace {
+
+// Shards snapshotted at once by one server. More threads than this gain
+// nothing once the disk, not the copy, is the bound.
+constexpr size_t kSnapshotThreads = 4;
+
+}  // namespace
+
 StatusOr<json> PsService::Snapshot(const std::string& dir, int64_t step) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
   // Sync mode: the step's last push may still be being applied.
   TESSERA_RETURN_IF_ERROR(gate_.WaitApplied(static_cast<uint64_t>(step), std::chrono::minutes(10)));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::Unavailable("cannot create " + dir + ": " + ec.message());
   auto shards = Shards();
+  std::vector<std::pair<uint32_t, EmbeddingShard*>> todo;
+  for (const auto& [id, shard] : *shards) todo.emplace_back(id, shard.get());
+  std::sort(todo.begin(), todo.end());
+  // Shards are written side by side: one shard's copy is bound by one core's
+  // memory bandwidth and write calls, and the trainers wait for the last.
+  std::vector<SnapshotStats> stats(todo.size());
+  std::vector<Status> results(todo.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < todo.size(); i = next++) {
+      const auto [id, shard] = todo[i];
+      const ShardSpec& s = shard->spec();
+      json meta = {{"table", shard->table().name},   {"shard_id", id},          {"row_offset", s.row_offset},
+                   {"num_rows", s.num_rows},         {"col_offset", s.col_offset}, {"num_cols", s.num_cols},
+                   {"optimizer", shard->table().optimizer.type}, {"row_width", shard->store()->row_width()},
+                   {"step", step}};
+      results[i] = WriteSnapshot(*shard->store(), dir + "/shard" + std::to_string(id), meta, &stats[i])
+                       .WithContext("snapshot of shard " + std::to_string(id));
+    }
+  };
+  const size_t threads =
+      std::min<size_t>({todo.size(), std::max<unsigned>(1, std::thread::hardware_concurrency()), kSnapshotThreads});
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (const Status& st : results) TESSERA_RETURN_IF_ERROR(st);
+  // The shards' names in dir; the master syncs dir's own name with the manifest.
+  TESSERA_RETURN_IF_ERROR(SyncDirectory(dir));
   json out = json::array();
-  for (const auto& [id, shard] : *shards) {
-    const ShardSpec& s = shard->spec();
-    const std::string path = dir + "/shard" + std::to_string(id);
-    json meta = {{"table", shard->table().name},   {"shard_id", id},          {"row_offset", s.row_offset},
-                 {"num_rows", s.num_rows},         {"col_offset", s.col_offset}, {"num_cols", s.num_cols},
-                 {"optimizer", shard->table().optimizer.type}, {"row_width", shard->store()->row_width()},
-                 {"step", step}};
-    TESSERA_RETURN_IF_ERROR(WriteSnapshot(*shard->store(), path, meta).WithContext("snapshot of shard " +
-                                                                                      std::to_string(id)));
-    out.push_back({{"shard_id", id}, {"path", path}});
+  int64_t rows = 0, bytes = 0;
+  for (size_t i = 0; i < todo.size(); ++i) {
+    out.push_back({{"shard_id", todo[i].first},
+                   {"path", dir + "/shard" + std::to_string(todo[i].first)},
+                   {"rows", stats[i].rows},
+                   {"bytes", stats[i].bytes},
+                   {"write_s", stats[i].write_s},
+                   {"sync_s", stats[i].sync_s}});
+    rows += stats[i].rows;
+    bytes += stats[i].bytes;
   }
-  LOG(INFO) << "ps " << ps_rank_.load() << ": snapshot of " << shards->size() << " shard(s) at step " << step << " in "
-            << dir;
+  LOG(INFO) << "ps " << ps_rank_.load() << ": snapshot of " << todo.size() << " shard(s) at step " << step << " in "
+            << dir << ": " << rows << " rows, " << bytes << " bytes in "
+            << std::chrono::duration<double>(Clock::now() - start).count() << " s";
   return out;
 }
 
