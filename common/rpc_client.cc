@@ -92,7 +92,7 @@ StatusOr<Message> RpcClient::CallSync(int peer, Message&& request, std::chrono::
 void RpcClient::CancelCalls(int peer, const Status& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    cancels_.emplace_back(peer, why.ok() ? Status::Cancelled("call cancelled") : why);
+    cancels_.push_back(Cancel{peer, why.ok() ? Status::Cancelled("call cancelled") : why, next_request_id_.load()});
   }
   wakeup_->Signal();
 }
@@ -122,7 +122,7 @@ void RpcClient::IoLoop() {
   std::vector<zmq::pollitem_t> items;
   std::deque<Outgoing> out;
   std::deque<ConnectRequest> connects;
-  std::vector<std::pair<int, Status>> cancels;
+  std::vector<Cancel> cancels;
   auto fail = [](RpcCallback& done, Status st) { done(StatusOr<Message>(std::move(st))); };
 
   while (!stop_.load()) {
@@ -190,10 +190,12 @@ void RpcClient::IoLoop() {
       pending_.emplace(id, Pending{o.deadline, std::move(o.done), o.peer});
     }
     out.clear();
-    // After the sends above: a call started before CancelCalls is cancelled too.
-    for (auto& [peer, why] : cancels) {
+    // After the sends above: a call started before CancelCalls is cancelled
+    // too, one started after it (a later id) is not, even when both were
+    // queued by the time this loop ran.
+    for (auto& [peer, why, before_id] : cancels) {
       for (auto it = pending_.begin(); it != pending_.end();) {
-        if (it->second.peer != peer) {
+        if (it->second.peer != peer || it->first >= before_id) {
           ++it;
           continue;
         }

@@ -109,7 +109,14 @@ class RpcClient {
   std::mutex mu_;
   std::deque<Outgoing> outgoing_;          // GUARDED_BY(mu_)
   std::deque<ConnectRequest> connects_;    // GUARDED_BY(mu_)
-  std::vector<std::pair<int, Status>> cancels_;  // GUARDED_BY(mu_)
+  // CancelCalls requests: the peer, the reason, and the first request id
+  // not to cancel (calls started after CancelCalls returned).
+  struct Cancel {
+    int peer;
+    Status why;
+    uint64_t before_id;
+  };
+  std::vector<Cancel> cancels_;  // GUARDED_BY(mu_)
 
   // Each peer's connection: up, or down since when (from its socket's
   // monitor events).

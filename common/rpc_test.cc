@@ -226,6 +226,28 @@ TEST(RpcClientTest, CancelCallsEndsOnlyThatPeersCallsInFlight) {
     parked.clear();
   }
   EXPECT_TRUE(later.Wait().ok());
+
+  // A call made right after CancelCalls, before the I/O thread ran, is not
+  // cancelled with the ones before it.
+  RpcFuture before = (*client)->Call(*a, Message(Opcode::kHeartbeat), milliseconds(60000));
+  (*client)->CancelCalls(*a, Status::Cancelled("the master was replaced"));
+  RpcFuture after = (*client)->Call(*b, Message(Opcode::kHeartbeat), milliseconds(5000));
+  RpcFuture after_same_peer = (*client)->Call(*a, Message(Opcode::kHeartbeat), milliseconds(60000));
+  EXPECT_EQ(before.Wait().status().code(), StatusCode::kCancelled);
+  EXPECT_TRUE(after.Wait().ok());
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (parked.size() >= 2) break;  // `before` and `after_same_peer`
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (Responder& p : parked) p.ReplyOk();
+    parked.clear();
+  }
+  EXPECT_TRUE(after_same_peer.Wait().ok());
 }
 
 TEST(RpcClientTest, DisconnectedSinceTellsAPeerThatWentAwayAndCameBack) {
