@@ -149,6 +149,7 @@ json HeartbeatReply::ToJson() const {
   json j = {{"state", state}, {"generation", generation}};
   if (!reason.empty()) j["reason"] = reason;
   if (checkpoint > 0) j["checkpoint"] = checkpoint;
+  if (promoted) j["promoted"] = true;
   return j;
 }
 
@@ -159,6 +160,7 @@ StatusOr<HeartbeatReply> HeartbeatReply::Parse(const json& j) {
   TESSERA_RETURN_IF_ERROR(f.Int("generation", &r.generation, true, 0, kMaxI64));
   TESSERA_RETURN_IF_ERROR(f.String("reason", &r.reason, false));
   TESSERA_RETURN_IF_ERROR(f.Int("checkpoint", &r.checkpoint, false, 0, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Bool("promoted", &r.promoted, false));
   return r;
 }
 
@@ -183,7 +185,8 @@ json StartInfo::ToJson() const {
               {"ps_endpoints", ps_endpoints},
               {"dump_dir", dump_dir},
               {"start_step", start_step},
-              {"generation", generation}};
+              {"generation", generation},
+              {"promoted", promoted}};
 }
 
 StatusOr<StartInfo> StartInfo::Parse(const json& j) {
@@ -200,6 +203,7 @@ StatusOr<StartInfo> StartInfo::Parse(const json& j) {
   TESSERA_RETURN_IF_ERROR(f.String("dump_dir", &r.dump_dir, false));
   TESSERA_RETURN_IF_ERROR(f.Int("start_step", &r.start_step, true, 0, kMaxI64));
   TESSERA_RETURN_IF_ERROR(f.Int("generation", &r.generation, true, 1, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Bool("promoted", &r.promoted, false));
   return r;
 }
 

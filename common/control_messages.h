@@ -79,6 +79,9 @@ struct HeartbeatReply {
   int64_t generation = 0;
   std::string reason;      // when aborted
   int64_t checkpoint = 0;  // a checkpoint request id not yet served; 0: none
+  // The generation began by promoting backups (a server was lost, its
+  // shards' backups serve them): trainers keep their step and re-route it.
+  bool promoted = false;
 
   nlohmann::json ToJson() const;
   static StatusOr<HeartbeatReply> Parse(const nlohmann::json& j);
@@ -108,6 +111,10 @@ struct StartInfo {
   std::string dump_dir;
   int64_t start_step = 0;
   int64_t generation = 0;
+  // Begun by promoting backups: a running trainer goes on with its step on
+  // the new plan; start_step and the state are those of the generation's
+  // restore point, for a trainer that starts afresh.
+  bool promoted = false;
 
   nlohmann::json ToJson() const;
   static StatusOr<StartInfo> Parse(const nlohmann::json& j);

@@ -342,7 +342,10 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
   TESSERA_RETURN_IF_ERROR(f.String("name", &c.name, false));
   if (const json* cl = f.Get("cluster")) {
     JsonFields cf(*cl, "cluster");
-    TESSERA_RETURN_IF_ERROR(cf.OnlyKeys({"num_ps", "num_trainers"}));
+    TESSERA_RETURN_IF_ERROR(cf.OnlyKeys({"num_ps", "num_trainers", "replicas"}));
+    int64_t replicas = c.cluster.replicas;
+    TESSERA_RETURN_IF_ERROR(cf.Int("replicas", &replicas, false, 1, 2));
+    c.cluster.replicas = static_cast<int>(replicas);
     int64_t ps = c.cluster.num_ps, tr = c.cluster.num_trainers;
     TESSERA_RETURN_IF_ERROR(cf.Int("num_ps", &ps, false, 1, 4096));
     TESSERA_RETURN_IF_ERROR(cf.Int("num_trainers", &tr, false, 1, 4096));
@@ -477,7 +480,7 @@ json JobConfig::ToJson() const {
   }
   return json{
       {"name", name},
-      {"cluster", {{"num_ps", cluster.num_ps}, {"num_trainers", cluster.num_trainers}}},
+      {"cluster", {{"num_ps", cluster.num_ps}, {"num_trainers", cluster.num_trainers}, {"replicas", cluster.replicas}}},
       {"tables", tables_json},
       {"model",
        {{"num_dense_features", model.num_dense_features},

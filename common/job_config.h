@@ -128,6 +128,10 @@ struct TrainingConfig {
 struct ClusterConfig {
   int num_ps = 1;
   int num_trainers = 1;
+  // Copies of every shard: 2 keeps a backup on another server that applies
+  // the same pushes, so a lost server costs no rollback (sync mode; twice
+  // the servers' memory and push traffic). Needs 2 servers or more.
+  int replicas = 1;
 };
 
 // Liveness and deadlines; the defaults suit a LAN.

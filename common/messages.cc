@@ -32,7 +32,7 @@ StatusOr<LookupRequest> DecodeLookupRequest(Message&& m) {
   for (const LookupEntry& e : r.entries.span()) {
     bags += e.num_bags;
     ids += e.num_ids;
-    if (e.flags & ~(kEntryWeighted | kEntrySumPartial)) {
+    if (e.flags & ~(kEntryWeighted | kEntrySumPartial | kEntryContextOnly)) {
       return Status::InvalidArgument("lookup entry has unknown flags " + std::to_string(e.flags));
     }
     if (e.weighted()) weighted_ids += e.num_ids;

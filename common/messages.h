@@ -9,12 +9,15 @@
 //     LookupEntry  := shard:u32 num_bags:u32 num_ids:u32 flags:u32
 //                     flags: bit 0 weighted (the entry has per-id weights),
 //                     bit 1 sum_partial (pool by SUM even for a MEAN table: the
-//                     trainer divides after adding the partials of row shards)
+//                     trainer divides after adding the partials of row shards),
+//                     bit 2 context_only (a backup's copy: open the context,
+//                     reply no values for it)
 //     Lengths      := int32[sum num_bags]       ids per bag, entry after entry
 //     Ids          := int64[sum num_ids]        row ids in the table's id space
 //     Weights      := float32[sum num_ids of weighted entries]
 //   LookupResponse := Header Values
-//     Values       := float32[sum over entries of out_rows x shard_cols]
+//     Values       := float32[sum over entries but context_only ones of
+//                     out_rows x shard_cols]
 //                     out_rows = the entry's non-empty bags, in bag order (pooled
 //                     table: an empty bag has no row) or num_ids (unpooled)
 //
@@ -54,6 +57,9 @@ static_assert(sizeof(LookupMeta) == 16);
 
 inline constexpr uint32_t kEntryWeighted = 1;
 inline constexpr uint32_t kEntrySumPartial = 2;
+// To a shard's backup: open the backward context (so it can apply the same
+// push) but send no values; the reply has none for this entry.
+inline constexpr uint32_t kEntryContextOnly = 4;
 
 struct LookupEntry {
   uint32_t shard = 0;
@@ -62,6 +68,7 @@ struct LookupEntry {
   uint32_t flags = 0;
   bool weighted() const { return flags & kEntryWeighted; }
   bool sum_partial() const { return flags & kEntrySumPartial; }
+  bool context_only() const { return flags & kEntryContextOnly; }
 };
 static_assert(sizeof(LookupEntry) == 16);
 

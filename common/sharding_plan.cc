@@ -38,6 +38,14 @@ std::vector<ShardSpec> ShardingPlan::ShardsOf(int ps) const {
   return out;
 }
 
+std::vector<ShardSpec> ShardingPlan::HeldBy(int ps) const {
+  std::vector<ShardSpec> out;
+  for (const ShardSpec& s : shards) {
+    if (s.ps == ps || s.backup_ps == ps) out.push_back(s);
+  }
+  return out;
+}
+
 json ShardingPlan::ToJson() const {
   json t = json::array();
   for (const TablePlan& tp : tables) {
@@ -51,7 +59,8 @@ json ShardingPlan::ToJson() const {
                  {"num_rows", sh.num_rows},
                  {"col_offset", sh.col_offset},
                  {"num_cols", sh.num_cols},
-                 {"ps", sh.ps}});
+                 {"ps", sh.ps},
+                 {"backup_ps", sh.backup_ps}});
   }
   return json{{"version", version}, {"num_ps", num_ps}, {"tables", t}, {"shards", s}};
 }
@@ -72,7 +81,7 @@ StatusOr<ShardingPlan> ShardingPlan::FromJson(const json& j) {
   for (size_t i = 0; i < shards->size(); ++i) {
     JsonFields sf((*shards)[i], "plan.shards[" + std::to_string(i) + "]");
     ShardSpec s;
-    int64_t id = 0, table = 0, col_offset = 0, num_cols = 0, ps = 0;
+    int64_t id = 0, table = 0, col_offset = 0, num_cols = 0, ps = 0, backup = -1;
     TESSERA_RETURN_IF_ERROR(sf.Int("shard_id", &id, true, 0, UINT32_MAX));
     TESSERA_RETURN_IF_ERROR(sf.Int("table", &table, true, 0, 1 << 24));
     TESSERA_RETURN_IF_ERROR(sf.Int("row_offset", &s.row_offset, true, 0, INT64_MAX));
@@ -80,12 +89,15 @@ StatusOr<ShardingPlan> ShardingPlan::FromJson(const json& j) {
     TESSERA_RETURN_IF_ERROR(sf.Int("col_offset", &col_offset, true, 0, 1 << 16));
     TESSERA_RETURN_IF_ERROR(sf.Int("num_cols", &num_cols, true, 0, 1 << 16));
     TESSERA_RETURN_IF_ERROR(sf.Int("ps", &ps, true, -1, 1 << 20));
+    TESSERA_RETURN_IF_ERROR(sf.Int("backup_ps", &backup, false, -1, 1 << 20));
+    if (backup >= 0 && backup == ps) return Status::InvalidArgument("plan: a shard's backup is on its own server");
     if (id != static_cast<int64_t>(i)) return Status::InvalidArgument("plan: shard ids must be 0..n-1 in order");
     s.shard_id = static_cast<uint32_t>(id);
     s.table = static_cast<int>(table);
     s.col_offset = static_cast<int>(col_offset);
     s.num_cols = static_cast<int>(num_cols);
     s.ps = static_cast<int>(ps);
+    s.backup_ps = static_cast<int>(backup);
     p.shards.push_back(s);
   }
   for (size_t i = 0; i < tables->size(); ++i) {

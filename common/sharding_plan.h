@@ -29,6 +29,9 @@ struct ShardSpec {
   int col_offset = 0;
   int num_cols = 0;
   int ps = 0;  // parameter-server rank
+  // With replicas: the rank of the server keeping a backup that applies the
+  // same pushes, so that losing `ps` costs no rollback; -1: none.
+  int backup_ps = -1;
 
   bool HoldsRow(int64_t row) const { return row >= row_offset && row < row_offset + num_rows; }
 };
@@ -45,8 +48,10 @@ struct ShardingPlan {
   std::vector<TablePlan> tables;  // one per JobConfig table, same order
   std::vector<ShardSpec> shards;
 
-  // Shards placed on parameter server `ps`.
+  // Shards placed on parameter server `ps` (as primary).
   std::vector<ShardSpec> ShardsOf(int ps) const;
+  // Shards server `ps` keeps: those it serves and those it backs up.
+  std::vector<ShardSpec> HeldBy(int ps) const;
 
   nlohmann::json ToJson() const;
   static StatusOr<ShardingPlan> FromJson(const nlohmann::json& j);

@@ -47,6 +47,7 @@ const char* OpcodeName(Opcode op) {
     case Opcode::kAbort: return "ABORT";
     case Opcode::kServerStats: return "SERVER_STATS";
     case Opcode::kSnapshot: return "SNAPSHOT";
+    case Opcode::kPromote: return "PROMOTE";
     case Opcode::kLookup: return "LOOKUP";
     case Opcode::kPushGradients: return "PUSH_GRADIENTS";
   }

@@ -56,6 +56,7 @@ enum class Opcode : uint16_t {
   kAbort = 23,
   kServerStats = 24,
   kSnapshot = 25,
+  kPromote = 26,
   // Data plane.
   kLookup = 40,
   kPushGradients = 41,

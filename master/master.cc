@@ -265,28 +265,17 @@ StatusOr<int> Master::ServerPeer(int member) {
 }
 
 json Master::CallServer(int member, Opcode op, const json& body, milliseconds timeout, Status* status, bool watch) {
+  if (watch) {
+    ServerReply r = AwaitServerCalls(StartServerCalls({member}, op, {body}, timeout)).front();
+    *status = r.body.status();
+    return r.body.ok() ? *r.body : json();
+  }
   auto peer = ServerPeer(member);
   if (!peer.ok()) {
     *status = peer.status();
     return json();
   }
-  RpcFuture call = client_->Call(*peer, EncodeJson(op, body), timeout);
-  while (watch && !call.Ready()) {
-    std::this_thread::sleep_for(milliseconds(50));
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = ps_.find(member);
-    const auto down = client_->DisconnectedSince(*peer);
-    const bool crashed = job_.runtime.connection_loss_ms > 0 && down &&
-                         Clock::now() - *down >= milliseconds(job_.runtime.connection_loss_ms);
-    if (it == ps_.end() || crashed ||
-        Clock::now() - it->second.last_seen > milliseconds(job_.runtime.peer_timeout_ms)) {
-      client_->CancelCalls(*peer, Status::Unavailable(DescribeServer(member) +
-                                                      (crashed ? " closed its connection during " : " stopped sending heartbeats during ") +
-                                                      OpcodeName(op) + (crashed ? ": it died" : ": it died or hangs")));
-      break;
-    }
-  }
-  auto reply = call.Wait();
+  auto reply = client_->CallSync(*peer, EncodeJson(op, body), timeout);
   if (!reply.ok()) {
     *status = reply.status();
     return json();
@@ -298,6 +287,84 @@ json Master::CallServer(int member, Opcode op, const json& body, milliseconds ti
   auto j = DecodeJson(*reply);
   *status = j.status();
   return j.ok() ? *j : json();
+}
+
+Master::ServerCalls Master::StartServerCalls(const std::vector<int>& members, Opcode op, const std::vector<json>& bodies,
+                                             milliseconds timeout) {
+  ServerCalls calls;
+  calls.shared = std::make_shared<ServerCalls::Shared>();
+  calls.members = members;
+  calls.peers.assign(members.size(), -1);
+  calls.op = op;
+  calls.shared->replies.resize(members.size());
+  calls.shared->seconds.resize(members.size());
+  const auto start = Clock::now();
+  for (size_t i = 0; i < members.size(); ++i) {
+    auto peer = ServerPeer(members[i]);
+    if (!peer.ok()) {
+      std::lock_guard<std::mutex> lock(calls.shared->mu);
+      calls.shared->replies[i] = peer.status();
+      ++calls.shared->done;
+      continue;
+    }
+    calls.peers[i] = *peer;
+    client_->CallAsync(*peer, EncodeJson(op, bodies[i]), timeout,
+                       [shared = calls.shared, i, start](StatusOr<Message> m) {
+                         std::lock_guard<std::mutex> lock(shared->mu);
+                         shared->replies[i] = std::move(m);
+                         shared->seconds[i] = std::chrono::duration<double>(Clock::now() - start).count();
+                         ++shared->done;
+                         shared->cv.notify_all();
+                       });
+  }
+  return calls;
+}
+
+std::vector<Master::ServerReply> Master::AwaitServerCalls(const ServerCalls& calls) {
+  const size_t n = calls.members.size();
+  std::vector<bool> cancelled(n, false);
+  for (;;) {
+    std::vector<bool> pending(n);
+    {
+      std::unique_lock<std::mutex> wait(calls.shared->mu);
+      if (calls.shared->cv.wait_for(wait, milliseconds(50), [&] { return calls.shared->done == n; })) break;
+      for (size_t i = 0; i < n; ++i) pending[i] = !calls.shared->replies[i].has_value();
+    }
+    std::vector<std::pair<int, Status>> lost;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < n; ++i) {
+        if (!pending[i] || cancelled[i]) continue;
+        auto it = ps_.find(calls.members[i]);
+        const auto down = client_->DisconnectedSince(calls.peers[i]);
+        const bool crashed = job_.runtime.connection_loss_ms > 0 && down &&
+                             Clock::now() - *down >= milliseconds(job_.runtime.connection_loss_ms);
+        if (it == ps_.end() || crashed ||
+            Clock::now() - it->second.last_seen > milliseconds(job_.runtime.peer_timeout_ms)) {
+          cancelled[i] = true;
+          lost.emplace_back(calls.peers[i],
+                            Status::Unavailable(DescribeServer(calls.members[i]) +
+                                                (crashed ? " closed its connection during " : " stopped sending heartbeats during ") +
+                                                OpcodeName(calls.op) + (crashed ? ": it died" : ": it died or hangs")));
+        }
+      }
+    }
+    for (const auto& [peer, why] : lost) client_->CancelCalls(peer, why);
+  }
+  std::vector<ServerReply> out(n);
+  std::lock_guard<std::mutex> lock(calls.shared->mu);
+  for (size_t i = 0; i < n; ++i) {
+    StatusOr<Message>& m = *calls.shared->replies[i];
+    out[i].seconds = calls.shared->seconds[i];
+    if (!m.ok()) {
+      out[i].body = m.status();
+    } else if (m->frames.empty()) {
+      out[i].body = json::object();
+    } else {
+      out[i].body = DecodeJson(*m);
+    }
+  }
+  return out;
 }
 
 void Master::AbortJob(const Status& reason) {

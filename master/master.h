@@ -182,6 +182,15 @@ class Master {
   Status StartGeneration(const std::vector<int>& members, const RestorePoint& from);
   // A server of the running generation is lost: roll back and go on.
   Status RecoverFromLostServer(int member, const Status& why);
+  // With replicas: whether every shard server `member` serves has a backup
+  // on a live server, so that losing it needs no rollback. REQUIRES: mu_.
+  bool CanPromote(int member) const;
+  // Server `member` is lost and the backups of its shards take over: the
+  // surviving servers keep their state and follow a plan without it
+  // (PROMOTE), trainers re-route the step they are in. New backups come
+  // with the next step boundary's change of plan. Falls back to a rollback
+  // when a server refuses.
+  Status PromoteBackups(int member, const Status& why);
   // Trainer `rank` is lost: wait for a replacement, roll back and go on.
   Status RecoverFromLostTrainer(int rank, const Status& why);
   // The generation in flight is over (a member was lost): trainers at the
@@ -194,6 +203,10 @@ class Master {
   // Whether a change of the servers waits for the next boundary: servers
   // registered and not in the generation, or servers leaving.
   bool ServerChangePending() const;  // REQUIRES: mu_ held
+  // After a promotion the plan lacks the backups it should have: the next
+  // boundary re-plans (through a checkpoint) to build them.
+  bool backups_missing_ = false;  // GUARDED_BY(mu_)
+  bool generation_promoted_ = false;  // GUARDED_BY(mu_): the running generation came from a promotion
   std::vector<int> NextServers() const;  // REQUIRES: mu_ held
 
   // The answer to WAIT_START: JSON, plus the trainer state when starting
@@ -220,6 +233,29 @@ class Master {
   // (a snapshot) is named, not waited for until the deadline.
   nlohmann::json CallServer(int member, Opcode op, const nlohmann::json& body, std::chrono::milliseconds timeout,
                             Status* status, bool watch = false);
+  // Calls to several servers at once (one body each, by position), and what
+  // they answered. Awaiting them ends (UNAVAILABLE) the calls to a server
+  // that stops heartbeating or whose connection closes (a dead or hung one
+  // is named, not waited for); replies wake the waiter as they come.
+  struct ServerCalls {
+    struct Shared {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::vector<std::optional<StatusOr<Message>>> replies;
+      std::vector<double> seconds;  // from the start to each reply
+      size_t done = 0;
+    };
+    std::shared_ptr<Shared> shared;  // outlives the wait if a reply comes late
+    std::vector<int> members, peers;
+    Opcode op = Opcode::kInvalid;
+  };
+  struct ServerReply {
+    StatusOr<nlohmann::json> body = Status::Internal("no reply");
+    double seconds = 0;
+  };
+  ServerCalls StartServerCalls(const std::vector<int>& members, Opcode op, const std::vector<nlohmann::json>& bodies,
+                               std::chrono::milliseconds timeout);
+  std::vector<ServerReply> AwaitServerCalls(const ServerCalls& calls);
   StatusOr<int> ServerPeer(int member);
   bool AbortRequested(Status* reason);
 

@@ -157,82 +157,30 @@ Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state, st
   }
 
   // Every server snapshots at once; the trainers wait for the slowest, not
-  // for the sum. Replies wake this thread as they come (no polling), and
-  // meanwhile it watches the servers' heartbeats, as CallServer does, so a
-  // server that dies mid-snapshot ends the checkpoint at once.
-  struct Replies {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<std::optional<StatusOr<Message>>> reply;
-    std::vector<double> seconds;
-    size_t done = 0;
-  };
-  auto replies = std::make_shared<Replies>();  // outlives this call if a callback comes late
-  replies->reply.resize(members.size());
-  replies->seconds.resize(members.size());
-  std::vector<int> peers(members.size(), -1);
+  // for the sum. A server that dies mid-snapshot ends the checkpoint at once.
+  std::vector<json> bodies;
   for (size_t rank = 0; rank < members.size(); ++rank) {
-    auto peer = ServerPeer(members[rank]);
-    if (!peer.ok()) {
-      std::lock_guard<std::mutex> lock(replies->mu);
-      replies->reply[rank] = peer.status();
-      ++replies->done;
-      continue;
-    }
-    peers[rank] = *peer;
-    json body = {{"dir", dir + "/ps" + std::to_string(rank)}, {"step", step}};
-    client_->CallAsync(*peer, EncodeJson(Opcode::kSnapshot, body), milliseconds(600000),
-                       [replies, rank, start](StatusOr<Message> m) {
-                         std::lock_guard<std::mutex> lock(replies->mu);
-                         replies->reply[rank] = std::move(m);
-                         replies->seconds[rank] = std::chrono::duration<double>(Clock::now() - start).count();
-                         ++replies->done;
-                         replies->cv.notify_all();
-                       });
+    bodies.push_back({{"dir", dir + "/ps" + std::to_string(rank)}, {"step", step}});
   }
+  const ServerCalls calls = StartServerCalls(members, Opcode::kSnapshot, bodies, milliseconds(600000));
 
   // Trainer 0's state goes to disk while the servers write theirs.
   const auto state_start = Clock::now();
   Status state_st = WriteFileDurably(dir + "/trainer.params", trainer_state);
   const double trainer_state_s = since(state_start);
 
-  std::vector<bool> cancelled(members.size(), false);
-  for (;;) {
-    std::vector<bool> pending(members.size());
-    {
-      std::unique_lock<std::mutex> wait(replies->mu);
-      if (replies->cv.wait_for(wait, milliseconds(50), [&] { return replies->done == members.size(); })) break;
-      for (size_t rank = 0; rank < members.size(); ++rank) pending[rank] = !replies->reply[rank].has_value();
-    }
-    std::vector<std::pair<int, Status>> silent;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (size_t rank = 0; rank < members.size(); ++rank) {
-        if (!pending[rank] || cancelled[rank]) continue;
-        auto it = ps_.find(members[rank]);
-        if (it == ps_.end() || Clock::now() - it->second.last_seen > milliseconds(job_.runtime.peer_timeout_ms)) {
-          cancelled[rank] = true;
-          silent.emplace_back(peers[rank], Status::Unavailable(DescribeServer(members[rank]) +
-                                                               " stopped sending heartbeats during " +
-                                                               OpcodeName(Opcode::kSnapshot) + ": it died or hangs"));
-        }
-      }
-    }
-    for (const auto& [peer, why] : silent) client_->CancelCalls(peer, why);
-  }
+  const std::vector<ServerReply> replies = AwaitServerCalls(calls);
   const double snapshot_s = since(start);
 
   json shards = json::array(), servers = json::array();
   int64_t rows = 0, bytes = static_cast<int64_t>(trainer_state.size());
   for (size_t rank = 0; rank < members.size(); ++rank) {
-    StatusOr<Message>& m = *replies->reply[rank];
-    StatusOr<json> reply = m.ok() ? (m->frames.empty() ? StatusOr<json>(json::object()) : DecodeJson(*m))
-                                  : StatusOr<json>(m.status());
+    const StatusOr<json>& reply = replies[rank].body;
     if (!reply.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       return reply.status().WithContext("checkpoint of " + DescribeServer(members[rank]));
     }
-    json server = {{"member", members[rank]}, {"seconds", replies->seconds[rank]}, {"rows", 0}, {"bytes", 0},
+    json server = {{"member", members[rank]}, {"seconds", replies[rank].seconds}, {"rows", 0}, {"bytes", 0},
                    {"write_s", 0.0}, {"sync_s", 0.0}};
     const json listed = reply->value("shards", json::array());
     for (const json& s : listed.is_array() ? listed : json::array()) {

@@ -62,6 +62,7 @@ Movement Moved(const JobConfig& job, const ShardingPlan& old_plan, const std::ve
 }  // namespace
 
 bool Master::ServerChangePending() const {
+  if (backups_missing_) return true;
   for (const auto& [id, p] : ps_) {
     const bool in_generation = std::find(generation_ps_.begin(), generation_ps_.end(), id) != generation_ps_.end();
     if (p.leaving || !in_generation) return true;
@@ -123,15 +124,23 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
   }
   const json job_json = job_.ToJson();
   const json plan_json = plan.ToJson();
+  // Every server creates (and restores) its shards at once: the pause is
+  // the slowest server's, not the sum.
+  std::vector<json> bodies;
   for (size_t rank = 0; rank < members.size(); ++rank) {
     json body = {{"job", job_json}, {"plan", plan_json}, {"rank", rank}};
     if (!from.restore.is_null()) body["restore"] = from.restore;
-    Status st;
-    // Restoring reads the checkpoint's rows: allow it time.
-    CallServer(members[rank], Opcode::kCreateShards, body, milliseconds(from.restore.is_null() ? 60000 : 3600000), &st,
-               /*watch=*/true);
-    if (!st.ok()) return st.WithContext("creating the shards of plan version " + std::to_string(plan.version) + " on " +
-                                        DescribeServer(members[rank]));
+    bodies.push_back(std::move(body));
+  }
+  // Restoring reads the checkpoint's rows: allow it time.
+  const auto replies = AwaitServerCalls(StartServerCalls(members, Opcode::kCreateShards, bodies,
+                                                         milliseconds(from.restore.is_null() ? 60000 : 3600000)));
+  for (size_t rank = 0; rank < members.size(); ++rank) {
+    if (replies[rank].body.ok()) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    return replies[rank].body.status().WithContext("creating the shards of plan version " +
+                                                   std::to_string(plan.version) + " on " +
+                                                   DescribeServer(members[rank]));
   }
   std::vector<StartWaiter> waiters;
   std::vector<int> leaving;
@@ -143,6 +152,8 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
     generation_ = generation;
     generation_ps_ = members;
     plan_ = plan;
+    backups_missing_ = false;
+    generation_promoted_ = false;
     StartInfo info;
     info.job = job_json;
     info.plan = plan_json;
@@ -197,6 +208,7 @@ Status Master::EndGenerationForRecovery(const Status& why, std::vector<Responder
   // drop the step they are in and wait for the next one.
   state_ = State::kRecovering;
   ++generation_;
+  generation_promoted_ = false;
   *at_barrier = barrier_.TakeAll();
   barrier_state_.clear();
   // Steps of the lost generation that not every trainer reported are never
@@ -205,7 +217,127 @@ Status Master::EndGenerationForRecovery(const Status& why, std::vector<Responder
   return Status::OK();
 }
 
+bool Master::CanPromote(int member) const {
+  if (job_.cluster.replicas < 2 || state_ != State::kRunning || !plan_) return false;
+  auto rank_of = [&](int m) {
+    auto it = std::find(generation_ps_.begin(), generation_ps_.end(), m);
+    return it == generation_ps_.end() ? -1 : static_cast<int>(it - generation_ps_.begin());
+  };
+  const int lost = rank_of(member);
+  if (lost < 0 || generation_ps_.size() < 2) return false;
+  for (const ShardSpec& s : plan_->shards) {
+    if (s.ps != lost) continue;
+    if (s.backup_ps < 0 || s.backup_ps >= static_cast<int>(generation_ps_.size())) return false;
+    if (ps_.count(generation_ps_[s.backup_ps]) == 0) return false;  // its backup is gone too
+  }
+  return true;
+}
+
+Status Master::PromoteBackups(int member, const Status& why) {
+  const auto start = Clock::now();
+  std::vector<Responder> at_barrier;
+  ShardingPlan plan;
+  std::vector<int> members;
+  std::vector<std::string> endpoints;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // No barrier is served while the servers change plans; trainers waiting
+    // at one arrive again under the new generation.
+    state_ = State::kRecovering;
+    at_barrier = barrier_.TakeAll();
+    barrier_state_.clear();
+    ++recoveries_;
+    std::vector<int> old_rank_to_new(generation_ps_.size(), -1);
+    for (size_t r = 0; r < generation_ps_.size(); ++r) {
+      if (generation_ps_[r] == member) continue;
+      old_rank_to_new[r] = static_cast<int>(members.size());
+      members.push_back(generation_ps_[r]);
+      endpoints.push_back(ps_.count(generation_ps_[r]) ? ps_[generation_ps_[r]].endpoint : std::string());
+    }
+    plan = *plan_;
+    plan.version = static_cast<uint32_t>(generation_ + 1);
+    plan.num_ps = static_cast<int>(members.size());
+    for (ShardSpec& s : plan.shards) {
+      const int primary = old_rank_to_new[s.ps];
+      const int backup = s.backup_ps >= 0 ? old_rank_to_new[s.backup_ps] : -1;
+      s.ps = primary >= 0 ? primary : backup;  // CanPromote: a backup exists
+      s.backup_ps = primary >= 0 ? backup : -1;
+    }
+    ps_.erase(member);  // fenced: its heartbeats are refused from now on
+  }
+  ps_peers_.erase(member);
+  for (Responder& r : at_barrier) {
+    r.ReplyError(Status::Cancelled("a parameter server was lost; its backups take over: arrive again"));
+  }
+  std::cout << "[master] lost " << why.message() << "; its shards' backups take over (no rollback)" << std::endl;
+  std::vector<json> bodies;
+  for (size_t rank = 0; rank < members.size(); ++rank) bodies.push_back({{"plan", plan.ToJson()}, {"rank", rank}});
+  const auto replies = AwaitServerCalls(StartServerCalls(members, Opcode::kPromote, bodies, milliseconds(30000)));
+  Status st;
+  for (size_t rank = 0; rank < members.size() && st.ok(); ++rank) {
+    if (replies[rank].body.ok()) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    st = replies[rank].body.status().WithContext("promoting backups on " + DescribeServer(members[rank]));
+  }
+  if (!st.ok()) {
+    // A server that refused or died meanwhile: roll back instead, from a
+    // consistent cut (CREATE_SHARDS replaces whatever PROMOTE changed).
+    std::cout << "[master] promotion failed (" << st.ToString() << "); rolling back instead" << std::endl;
+    std::vector<Responder> none;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++generation_;  // trainers drop their step: the rollback replays it
+      generation_promoted_ = false;
+      progress_.clear();
+      none = barrier_.TakeAll();
+    }
+    for (Responder& r : none) r.ReplyError(Status::Cancelled("the job rolls back"));
+    return RollBack("recovering from the lost server after a failed promotion");
+  }
+  std::vector<StartWaiter> waiters;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_ = plan.version;
+    generation_ps_ = members;
+    plan_ = plan;
+    backups_missing_ = true;
+    generation_promoted_ = true;
+    StartInfo info;
+    auto previous = StartInfo::Parse(start_info_);
+    if (previous.ok()) info = *previous;
+    info.plan = plan.ToJson();
+    info.ps_endpoints = endpoints;
+    info.generation = generation_;
+    info.promoted = true;
+    start_info_ = info.ToJson();
+    state_ = State::kRunning;
+    waiters.swap(start_waiters_);
+    generations_.push_back({{"generation", generation_}, {"servers", members.size()}, {"promoted", true}});
+    for (StartWaiter& w : waiters) {
+      if (Status m = CheckTrainer(w.trainer); !m.ok()) {
+        w.responder.ReplyError(m);
+      } else {
+        w.responder.Reply(StartReply(w.responder.request_header()));
+      }
+    }
+  }
+  std::cout << "[master] promoted: generation " << plan.version << " on " << members.size()
+            << " parameter server(s) in " << std::chrono::duration<double>(Clock::now() - start).count()
+            << " s; new backups at the next step boundary" << std::endl;
+  return Status::OK();
+}
+
 Status Master::RecoverFromLostServer(int member, const Status& why) {
+  bool promote = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    promote = CanPromote(member);
+    if (promote && recoveries_ >= job_.runtime.max_recoveries) {
+      return Status(why.code(), why.message() + "; the job has already recovered " + std::to_string(recoveries_) +
+                                    " time(s), its runtime.max_recoveries");
+    }
+  }
+  if (promote) return PromoteBackups(member, why);
   std::vector<Responder> at_barrier;
   {
     std::lock_guard<std::mutex> lock(mu_);

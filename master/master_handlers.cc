@@ -180,6 +180,7 @@ void Master::HandleHeartbeat(const HeartbeatRequest& req, Responder& r) {
                                                : "waiting";
   // Trainers of an older generation drop their step and wait for this one.
   reply.generation = generation_;
+  reply.promoted = generation_promoted_;
   if (state_ == State::kAborted) reply.reason = abort_reason_.message();
   if (checkpoint_requested_id_ > checkpoint_served_id_) reply.checkpoint = checkpoint_requested_id_;
   r.Reply(EncodeJsonReply(r.request_header(), reply.ToJson()));

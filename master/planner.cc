@@ -298,7 +298,60 @@ class Planner {
       cost_[best] += c;
       used[s.table].insert(best);
     }
+    if (job_.cluster.replicas >= 2 && n >= 2) TESSERA_RETURN_IF_ERROR(PlaceBackups(order, share));
     return plan_;
+  }
+
+  // A backup of every shard on another server: the one with the most room
+  // left relative to its share (a backup costs memory and push traffic, no
+  // lookups), keeping the previous plan's backup where it can.
+  Status PlaceBackups(const std::vector<uint32_t>& order, const std::vector<double>& share) {
+    for (uint32_t id : order) {
+      ShardSpec& s = plan_.shards[id];
+      const TableConfig& t = job_.tables[s.table];
+      const int64_t b = ShardBytes(t, s);
+      std::vector<int> candidates = group_.count(s.table) ? group_[s.table] : AllowedServers(t);
+      if (candidates.size() < 2) candidates = AllowedServers(t);
+      const int previous = PreviousBackup(s);
+      int best = -1;
+      double best_score = kInf;
+      for (int ps : candidates) {
+        if (ps == s.ps) continue;
+        const int64_t budget = options_.servers[ps].memory_bytes;
+        if (budget > 0 && bytes_[ps] + b > budget) continue;
+        double score = (bytes_[ps] + b) / share[ps];
+        if (ps == previous && score <= 1.0 + options_.stay_tolerance) score = -1;  // stays
+        if (score < best_score - 1e-12) {
+          best_score = score;
+          best = ps;
+        }
+      }
+      if (best < 0) {
+        return Status::ResourceExhausted("table " + t.name + ": no server other than ps" + std::to_string(s.ps) +
+                                         " has room for the backup of its shard " + std::to_string(s.shard_id) +
+                                         " (cluster.replicas is 2)");
+      }
+      s.backup_ps = best;
+      bytes_[best] += b;
+    }
+    return Status::OK();
+  }
+
+  // The new rank of the server that backed up most of `s` under the
+  // previous plan, or -1.
+  int PreviousBackup(const ShardSpec& s) const {
+    if (options_.previous == nullptr) return -1;
+    for (int ps = 0; ps < static_cast<int>(options_.previous_rank.size()); ++ps) {
+      const int old_rank = options_.previous_rank[ps];
+      if (old_rank < 0) continue;
+      for (const ShardSpec& o : options_.previous->shards) {
+        if (o.table == s.table && o.backup_ps == old_rank && o.row_offset == s.row_offset &&
+            o.num_rows == s.num_rows && o.col_offset == s.col_offset && o.num_cols == s.num_cols) {
+          return ps;
+        }
+      }
+    }
+    return -1;
   }
 
   // Elements (rows x columns) of `s` that server `ps` of the new plan holds
@@ -345,6 +398,8 @@ std::vector<int64_t> BytesPerServer(const JobConfig& job, const ShardingPlan& pl
   std::vector<int64_t> bytes(plan.num_ps, 0);
   for (const ShardSpec& s : plan.shards) {
     if (s.ps >= 0 && s.ps < plan.num_ps) bytes[s.ps] += ShardBytes(job.tables[s.table], s);
+    // A backup holds the same rows and state.
+    if (s.backup_ps >= 0 && s.backup_ps < plan.num_ps) bytes[s.backup_ps] += ShardBytes(job.tables[s.table], s);
   }
   return bytes;
 }
@@ -382,7 +437,7 @@ std::string FormatPlan(const JobConfig& job, const ShardingPlan& plan) {
     out << pad(job.tables[s.table].name, w) << " | "
         << pad("[" + std::to_string(s.row_offset) + ", " + std::to_string(s.col_offset) + "]", 20) << " | "
         << pad("[" + std::to_string(s.num_rows) + ", " + std::to_string(s.num_cols) + "]", 20) << " | rank:" << s.ps
-        << "\n";
+        << (s.backup_ps >= 0 ? " backup:" + std::to_string(s.backup_ps) : std::string()) << "\n";
   }
   const auto bytes = BytesPerServer(job, plan);
   const auto cost = LookupBytesPerServer(job, plan, job.training.batch_size * job.cluster.num_trainers);

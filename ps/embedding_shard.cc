@@ -74,6 +74,10 @@ Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const
   c.pooling = (sum_partial && pooling_ == kernels::Pooling::kMean) ? kernels::Pooling::kSum : pooling_;
   c.weights.assign(weights.begin(), weights.end());
   dedup->Run(ids, &c.unique_ids, &c.inverse);
+  if (out == nullptr) {
+    *ctx = std::move(c);
+    return Status::OK();
+  }
 
   if (DeviceRowStore* tier = store_->device_tier()) {
     // The rows are on the GPU: pooling runs there, only the output comes back.

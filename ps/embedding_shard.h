@@ -54,6 +54,8 @@ class EmbeddingShard {
   // sum_partial pools a MEAN table by SUM (the trainer divides by the whole
   // bag's length after adding the partials of several row shards).
   // On error nothing is written to *ctx and the store is unchanged.
+  // out == nullptr builds the context only (a backup's copy of a lookup: it
+  // applies the push; the primary sent the values): no row is read.
   Status Forward(std::span<const int32_t> lengths, std::span<const int64_t> ids, std::span<const float> weights,
                  bool sum_partial, kernels::IdDeduper* dedup, ForwardContextEntry* ctx, float* out);
 

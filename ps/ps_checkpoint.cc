@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -36,8 +37,16 @@ StatusOr<json> PsService::Snapshot(const std::string& dir, int64_t step) {
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::Unavailable("cannot create " + dir + ": " + ec.message());
   auto shards = Shards();
+  std::set<uint32_t> backups;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    backups = backups_;
+  }
   std::vector<std::pair<uint32_t, EmbeddingShard*>> todo;
-  for (const auto& [id, shard] : *shards) todo.emplace_back(id, shard.get());
+  for (const auto& [id, shard] : *shards) {
+    // A backup equals its primary, which the checkpoint has already.
+    if (backups.count(id) == 0) todo.emplace_back(id, shard.get());
+  }
   std::sort(todo.begin(), todo.end());
   // Shards are written side by side: one shard's copy is bound by one core's
   // memory bandwidth and write calls, and the trainers wait for the last.

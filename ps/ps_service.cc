@@ -54,7 +54,9 @@ std::shared_ptr<const PsService::ShardMap> PsService::Shards() const {
 Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, const json& restore) {
   TESSERA_RETURN_IF_ERROR(ReleaseShards());
   auto shards = std::make_shared<ShardMap>();
-  const std::vector<ShardSpec> mine = plan.ShardsOf(ps_rank_.load());
+  // Its own shards and those it backs up: a backup is the same shard,
+  // restored from the same rows, applying the same pushes.
+  const std::vector<ShardSpec> mine = plan.HeldBy(ps_rank_.load());
   double total_bytes = 0;
   for (const ShardSpec& spec : mine) {
     if (spec.table < 0 || spec.table >= static_cast<int>(job.tables.size())) {
@@ -80,6 +82,10 @@ Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, c
     shards_ = std::move(shards);
     job_ = job;
     plan_version_ = plan.version;
+    backups_.clear();
+    for (const ShardSpec& spec : mine) {
+      if (spec.ps != ps_rank_.load()) backups_.insert(spec.shard_id);
+    }
     contexts_.clear();
     // Steps before start_step are done (a resumed job starts at its checkpoint).
     parked = gate_.Reset(job.training.consistency, job.cluster.num_trainers, static_cast<uint64_t>(start_step));
@@ -89,6 +95,39 @@ Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, c
   // Lookups that waited under the old plan get PLAN_CHANGED, not the
   // INTERNAL of a dropped request: a new plan replaced theirs.
   AnswerReleased(std::move(parked));
+  return Status::OK();
+}
+
+Status PsService::Promote(const ShardingPlan& plan, int rank) {
+  const std::vector<ShardSpec> mine = plan.HeldBy(rank);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!job_) return Status::FailedPrecondition("PROMOTE: no shards created on this server yet");
+  auto next = std::make_shared<ShardMap>();
+  for (const ShardSpec& spec : mine) {
+    auto it = shards_->find(spec.shard_id);
+    if (it == shards_->end()) {
+      return Status::FailedPrecondition("PROMOTE: plan version " + std::to_string(plan.version) + " has shard " +
+                                        std::to_string(spec.shard_id) + " on this server, which does not hold it");
+    }
+    const ShardSpec& held = it->second->spec();
+    if (held.table != spec.table || held.row_offset != spec.row_offset || held.num_rows != spec.num_rows ||
+        held.col_offset != spec.col_offset || held.num_cols != spec.num_cols) {
+      return Status::FailedPrecondition("PROMOTE: shard " + std::to_string(spec.shard_id) +
+                                        " of the new plan is not the one this server holds");
+    }
+    (*next)[spec.shard_id] = it->second;
+  }
+  std::set<uint32_t> backups;
+  for (const ShardSpec& spec : mine) {
+    if (spec.ps != rank) backups.insert(spec.shard_id);
+  }
+  LOG(INFO) << "ps " << ps_rank_.load() << " -> " << rank << ": plan version " << plan_version_ << " -> "
+            << plan.version << " (" << mine.size() - backups.size() << " shard(s) served, " << backups.size()
+            << " backed up; " << shards_->size() - next->size() << " dropped)";
+  shards_ = std::move(next);
+  backups_ = std::move(backups);
+  plan_version_ = plan.version;
+  ps_rank_ = rank;
   return Status::OK();
 }
 
@@ -216,7 +255,7 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
     for (uint32_t b = 0; b < e.num_bags; ++b) non_empty += req.lengths[bag + b] > 0;
     bag += e.num_bags;
     entry_shards.push_back(it->second.get());
-    total += static_cast<size_t>(it->second->OutRows(non_empty, e.num_ids)) * it->second->cols();
+    if (!e.context_only()) total += static_cast<size_t>(it->second->OutRows(non_empty, e.num_ids)) * it->second->cols();
   }
   const auto start = Clock::now();
   std::vector<float> values(total);
@@ -231,7 +270,9 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
     auto ids = req.ids.span().subspan(id, e.num_ids);
     std::span<const float> weights;
     if (e.weighted()) weights = req.weights.span().subspan(weight, e.num_ids);
-    Status st = shard->Forward(lengths, ids, weights, e.sum_partial(), ThreadDeduper(), &ctx.entries[i], values.data() + out);
+    // A backup's copy opens the context only: the primary sent the values.
+    float* dst = e.context_only() ? nullptr : values.data() + out;
+    Status st = shard->Forward(lengths, ids, weights, e.sum_partial(), ThreadDeduper(), &ctx.entries[i], dst);
     if (!st.ok()) {
       ++errors_;
       r.ReplyError(st);
@@ -240,7 +281,7 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
     bag += e.num_bags;
     id += e.num_ids;
     if (e.weighted()) weight += e.num_ids;
-    out += static_cast<size_t>(ctx.entries[i].out_rows) * shard->cols();
+    if (!e.context_only()) out += static_cast<size_t>(ctx.entries[i].out_rows) * shard->cols();
   }
   ctx.created = Clock::now();
   lookup_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(ctx.created - start).count();
@@ -447,6 +488,11 @@ StatusOr<std::vector<std::string>> PsService::DumpShards(const std::string& dir)
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::Unavailable("cannot create " + dir + ": " + ec.message());
   auto shards = Shards();
+  std::set<uint32_t> backups;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    backups = backups_;
+  }
   std::vector<std::string> files;
   for (const auto& [id, shard] : *shards) {
     std::vector<int64_t> ids;
@@ -466,7 +512,9 @@ StatusOr<std::vector<std::string>> PsService::DumpShards(const std::string& dir)
     arrays.push_back(ParamArray::Text("meta", meta.dump()));
     arrays.push_back(ParamArray::Ints("ids", n, 1, std::move(ids)));
     arrays.push_back(ParamArray::Floats("rows", n, width, std::move(rows)));
-    const std::string path = dir + "/shard" + std::to_string(id) + ".params";
+    // A backup's copy is written apart, for checks that it equals the
+    // primary's: the dump itself is the primaries'.
+    const std::string path = dir + (backups.count(id) ? "/backup" : "/shard") + std::to_string(id) + ".params";
     TESSERA_RETURN_IF_ERROR(WriteParamFile(path, arrays));
     files.push_back(path);
   }
@@ -546,6 +594,26 @@ void PsService::HandleControl(Message&& m, Responder r) {
           set_rank(rank);
         }
         Status st = CreateShards(*job, *plan, body->value("restore", json()));
+        if (!st.ok()) {
+          r.ReplyError(st);
+          return;
+        }
+        r.ReplyOk();
+        return;
+      }
+      case Opcode::kPromote: {
+        auto plan = ShardingPlan::FromJson(body->at("plan"));
+        if (!plan.ok()) {
+          r.ReplyError(plan.status());
+          return;
+        }
+        const int rank = body->at("rank").get<int>();
+        if (rank < 0 || rank >= plan->num_ps) {
+          r.ReplyError(Status::InvalidArgument("rank " + std::to_string(rank) + " is not in a plan of " +
+                                               std::to_string(plan->num_ps) + " servers"));
+          return;
+        }
+        Status st = Promote(*plan, rank);
         if (!st.ok()) {
           r.ReplyError(st);
           return;

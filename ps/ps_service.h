@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -75,6 +76,14 @@ class PsService {
   // whichever old shards hold them, however the old plan cut the tables —
   // and starts at its step.
   Status CreateShards(const JobConfig& job, const ShardingPlan& plan, const nlohmann::json& restore = {});
+
+  // A server of the plan was lost and the backups of its shards take over
+  // (`plan` differs from the running one only in who serves and who backs
+  // up): this server, at `rank` now, keeps its shards as they are — rows,
+  // backward contexts, applied steps — and follows `plan`. Shards it no
+  // longer holds are dropped. Fails, changing nothing, when `plan` asks for
+  // a shard it does not hold.
+  Status Promote(const ShardingPlan& plan, int rank);
 
   // Snapshots every shard under dir/shard<id> once the gradients of all
   // steps before `step` are applied (checkpoint at that step boundary).
@@ -145,6 +154,7 @@ class PsService {
   std::shared_ptr<const ShardMap> shards_;                                 // GUARDED_BY(mu_)
   std::optional<JobConfig> job_;                                          // GUARDED_BY(mu_)
   uint32_t plan_version_ = 0;                                             // GUARDED_BY(mu_)
+  std::set<uint32_t> backups_;  // GUARDED_BY(mu_): shards held as another server's backup
   std::map<std::pair<uint32_t, uint64_t>, Context> contexts_;             // GUARDED_BY(mu_)
   std::chrono::steady_clock::time_point last_expiry_;                     // GUARDED_BY(mu_)
   bool shutdown_ = false;                                                 // GUARDED_BY(mu_)

@@ -10,6 +10,12 @@ namespace tessera {
 EmbeddingClient::EmbeddingClient(const EmbeddingClientOptions& options, const JobConfig& job, const ShardingPlan& plan,
                                  RpcClient* client, std::vector<int> ps_peers)
     : options_(options), job_(job), plan_(plan), client_(client), ps_peers_(std::move(ps_peers)) {
+  BuildRoutes();
+}
+
+void EmbeddingClient::BuildRoutes() {
+  features_.clear();
+  routes_.clear();
   for (const TablePlan& tp : plan_.tables) {
     const TableConfig& table = job_.tables[tp.table];
     FeatureRoute r;
@@ -53,12 +59,10 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
       out_rows = static_cast<int64_t>(bags.size());
     }
     for (const ShardSpec* s : fr.shards) {
-      ServerRequest& req = (*requests)[s->ps];
-      req.entries.push_back(LookupEntry{s->shard_id, static_cast<uint32_t>(B), static_cast<uint32_t>(n), flags});
-      req.lengths.insert(req.lengths.end(), lens.begin(), lens.end());
-      req.ids.insert(req.ids.end(), ids, ids + n);
-      if (weights) req.weights.insert(req.weights.end(), weights, weights + n);
-      req.routes.push_back(EntryRoute{f, s, out_rows, bags});
+      AddEntry(s, LookupEntry{s->shard_id, static_cast<uint32_t>(B), static_cast<uint32_t>(n), flags},
+               std::span<const int32_t>(lens.data(), lens.size()), std::span<const int64_t>(ids, n),
+               weights ? std::span<const float>(weights, n) : std::span<const float>(), EntryRoute{f, s, out_rows, bags},
+               requests);
     }
     return;
   }
@@ -94,27 +98,60 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
   }
   for (size_t s = 0; s < k; ++s) {
     const ShardSpec* spec = fr.shards[s];
-    ServerRequest& req = (*requests)[spec->ps];
     const int64_t m = static_cast<int64_t>(shard_ids[s].size());
-    req.entries.push_back(LookupEntry{spec->shard_id, static_cast<uint32_t>(B), static_cast<uint32_t>(m), flags});
-    req.lengths.insert(req.lengths.end(), shard_lens[s].begin(), shard_lens[s].end());
-    req.ids.insert(req.ids.end(), shard_ids[s].begin(), shard_ids[s].end());
-    req.weights.insert(req.weights.end(), shard_weights[s].begin(), shard_weights[s].end());
     const int64_t out_rows = static_cast<int64_t>(positions[s].size());
-    req.routes.push_back(EntryRoute{f, spec, out_rows, std::move(positions[s])});
+    AddEntry(spec, LookupEntry{spec->shard_id, static_cast<uint32_t>(B), static_cast<uint32_t>(m), flags},
+             shard_lens[s], shard_ids[s], shard_weights[s], EntryRoute{f, spec, out_rows, std::move(positions[s])},
+             requests);
   }
+}
+
+void EmbeddingClient::AddEntry(const ShardSpec* shard, LookupEntry entry, std::span<const int32_t> lengths,
+                               std::span<const int64_t> ids, std::span<const float> weights, EntryRoute route,
+                               std::vector<ServerRequest>* requests) {
+  auto add = [&](int server, const LookupEntry& e, EntryRoute r) {
+    ServerRequest& req = (*requests)[server];
+    req.entries.push_back(e);
+    req.lengths.insert(req.lengths.end(), lengths.begin(), lengths.end());
+    req.ids.insert(req.ids.end(), ids.begin(), ids.end());
+    req.weights.insert(req.weights.end(), weights.begin(), weights.end());
+    req.routes.push_back(std::move(r));
+  };
+  if (shard->backup_ps >= 0) {
+    EntryRoute copy = route;
+    copy.backup = true;
+    LookupEntry e = entry;
+    e.flags |= kEntryContextOnly;
+    add(shard->backup_ps, e, std::move(copy));
+  }
+  add(shard->ps, entry, std::move(route));
 }
 
 Status EmbeddingClient::StartLookup(uint64_t step, const KeyedJaggedTensor& kjt, bool inference) {
   TESSERA_RETURN_IF_ERROR(kjt.Validate());
   if (pending_.size() >= 2) return Status::FailedPrecondition("more than two lookups in flight");
+  if (options_.plan_replaced && options_.plan_replaced()) {
+    TESSERA_RETURN_IF_ERROR(Reroute(Status::Cancelled("the plan was replaced")));
+  }
+  LookupState st;
+  st.step = step;
+  st.inference = inference;
+  if (options_.reroute) st.kjt = kjt;
+  TESSERA_RETURN_IF_ERROR(SendLookup(kjt, &st));
+  pending_.push_back(std::move(st));
+  return Status::OK();
+}
+
+Status EmbeddingClient::SendLookup(const KeyedJaggedTensor& kjt, LookupState* out) {
+  LookupState& st = *out;
   const int F = static_cast<int>(features_.size());
   const auto value_offsets = kjt.FeatureValueOffsets();
   std::vector<ServerRequest> requests(ps_peers_.size());
-  LookupState st;
-  st.step = step;
+  st.epoch = epoch_;
   st.batch = kjt.batch_size;
   st.out_rows.assign(F, 0);
+  st.futures.clear();
+  st.bytes_sent = st.bytes_received = 0;
   for (int f = 0; f < F; ++f) {
     if (routes_[f].local) continue;
     const int key = kjt.KeyIndex(features_[f]);
@@ -127,18 +164,47 @@ Status EmbeddingClient::StartLookup(uint64_t step, const KeyedJaggedTensor& kjt,
   st.expected.assign(ps_peers_.size(), 0);
   for (size_t p = 0; p < requests.size(); ++p) {
     ServerRequest& req = requests[p];
-    for (const EntryRoute& r : req.routes) st.expected[p] += r.out_rows * r.shard->num_cols;
+    for (const EntryRoute& r : req.routes) {
+      if (!r.backup) st.expected[p] += r.out_rows * r.shard->num_cols;
+    }
     st.bytes_sent += req.entries.size() * sizeof(LookupEntry) + req.ids.size() * 8 + req.lengths.size() * 4 +
                      req.weights.size() * 4;
     st.bytes_received += static_cast<int64_t>(st.expected[p] * sizeof(float));
     st.routes[p] = std::move(req.routes);
-    LookupMeta meta{options_.trainer, inference ? kLookupNoContext : 0u, step};
+    LookupMeta meta{options_.trainer, st.inference ? kLookupNoContext : 0u, st.step};
     Message m = EncodeLookupRequest(meta, std::move(req.entries), std::move(req.lengths), std::move(req.ids),
                                     std::move(req.weights));
     m.header.plan_version = plan_.version;
     st.futures.push_back(client_->Call(ps_peers_[p], std::move(m), options_.timeout));
   }
-  pending_.push_back(std::move(st));
+  return Status::OK();
+}
+
+bool EmbeddingClient::Retryable(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kCancelled:
+    case StatusCode::kPlanChanged:
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Status EmbeddingClient::Reroute(const Status& why) {
+  if (!options_.reroute) return why;
+  TESSERA_ASSIGN_OR_RETURN(EmbeddingRoute route, options_.reroute(why));
+  if (route.ps_peers.size() != static_cast<size_t>(route.plan.num_ps)) {
+    return Status::Internal("a new plan of " + std::to_string(route.plan.num_ps) + " servers came with " +
+                            std::to_string(route.ps_peers.size()) + " addresses");
+  }
+  plan_ = std::move(route.plan);
+  ps_peers_ = std::move(route.ps_peers);
+  BuildRoutes();
+  ++epoch_;
+  LOG(WARNING) << "trainer " << options_.trainer << ": requests follow plan version " << plan_.version << " ("
+               << why.message() << ")";
   return Status::OK();
 }
 
@@ -147,35 +213,43 @@ Status EmbeddingClient::FinishLookup(FeatureOutputs* out) {
   LookupState st = std::move(pending_.front());
   pending_.pop_front();
   const int F = static_cast<int>(features_.size());
-  out->resize(F);
-  for (int f = 0; f < F; ++f) {
-    if (!routes_[f].local) (*out)[f].assign(st.out_rows[f] * routes_[f].dim, 0.0f);
-  }
-  Status first_error;
-  for (size_t p = 0; p < st.futures.size(); ++p) {
-    auto reply = st.futures[p].Wait();
-    ArrayFrame<float> values;
-    Status status = reply.ok() ? DecodeLookupResponse(*reply, st.expected[p], &values) : reply.status();
-    if (!status.ok()) {
-      if (first_error.ok()) first_error = status.WithContext("lookup on parameter server " + std::to_string(p));
-      continue;
+  // A lost server's backups may take over meanwhile: then the lookup goes
+  // again, whole, under their plan (a few times at most).
+  for (int attempt = 0;; ++attempt) {
+    if (st.epoch != epoch_) TESSERA_RETURN_IF_ERROR(SendLookup(st.kjt, &st));
+    out->resize(F);
+    for (int f = 0; f < F; ++f) {
+      if (!routes_[f].local) (*out)[f].assign(st.out_rows[f] * routes_[f].dim, 0.0f);
     }
-    const float* v = values.data();
-    for (const EntryRoute& r : st.routes[p]) {
-      const int cols = r.shard->num_cols, dim = routes_[r.feature].dim, off = r.shard->col_offset;
-      float* dst = (*out)[r.feature].data();
-      const bool scatter = !r.positions.empty();
-      for (int64_t row = 0; row < r.out_rows; ++row) {
-        float* d = dst + (scatter ? r.positions[row] : row) * dim + off;
-        const float* s = v + row * cols;
-        // Row shards of a pooled feature are partial sums: add them.
-        for (int c = 0; c < cols; ++c) d[c] += s[c];
+    Status first_error;
+    for (size_t p = 0; p < st.futures.size(); ++p) {
+      auto reply = st.futures[p].Wait();
+      ArrayFrame<float> values;
+      Status status = reply.ok() ? DecodeLookupResponse(*reply, st.expected[p], &values) : reply.status();
+      if (!status.ok()) {
+        if (first_error.ok()) first_error = status.WithContext("lookup on parameter server " + std::to_string(p));
+        continue;
       }
-      v += r.out_rows * cols;
+      const float* v = values.data();
+      for (const EntryRoute& r : st.routes[p]) {
+        if (r.backup) continue;  // no values: a backup's copy
+        const int cols = r.shard->num_cols, dim = routes_[r.feature].dim, off = r.shard->col_offset;
+        float* dst = (*out)[r.feature].data();
+        const bool scatter = !r.positions.empty();
+        for (int64_t row = 0; row < r.out_rows; ++row) {
+          float* d = dst + (scatter ? r.positions[row] : row) * dim + off;
+          const float* s = v + row * cols;
+          // Row shards of a pooled feature are partial sums: add them.
+          for (int c = 0; c < cols; ++c) d[c] += s[c];
+        }
+        v += r.out_rows * cols;
+      }
     }
+    st.futures.clear();
+    if (first_error.ok()) break;
+    if (!options_.reroute || !Retryable(first_error) || attempt >= 3) return first_error;
+    TESSERA_RETURN_IF_ERROR(Reroute(first_error));
   }
-  st.futures.clear();
-  TESSERA_RETURN_IF_ERROR(first_error);
 
   for (int f = 0; f < F; ++f) {
     if (!(routes_[f].row_split && routes_[f].mean)) continue;
@@ -196,6 +270,36 @@ Status EmbeddingClient::FinishLookup(FeatureOutputs* out) {
 Status EmbeddingClient::StartPush(const FeatureOutputs& grads) {
   if (grads.size() != features_.size()) return Status::InvalidArgument("gradients for the wrong number of features");
   if (!pushes_.empty()) return Status::FailedPrecondition("the previous push was not waited for");
+  if (current_.epoch != epoch_ || (options_.plan_replaced && options_.plan_replaced())) {
+    if (current_.epoch == epoch_) TESSERA_RETURN_IF_ERROR(Reroute(Status::Cancelled("the plan was replaced")));
+    // The lookup was routed under an older plan: route it again (the same
+    // shards, on the servers now holding them) for its push.
+    TESSERA_RETURN_IF_ERROR(SendLookupRoutesOnly());
+  }
+  if (options_.reroute) pushed_ = grads;
+  SendPush(grads);
+  return Status::OK();
+}
+
+Status EmbeddingClient::SendLookupRoutesOnly() {
+  // Routing only: nothing is sent, the push needs the routes.
+  const int F = static_cast<int>(features_.size());
+  const auto value_offsets = current_.kjt.FeatureValueOffsets();
+  std::vector<ServerRequest> requests(ps_peers_.size());
+  for (int f = 0; f < F; ++f) {
+    if (routes_[f].local) continue;
+    const int key = current_.kjt.KeyIndex(features_[f]);
+    if (key < 0) return Status::InvalidArgument("the batch has no feature '" + features_[f] + "'");
+    RouteFeature(f, current_.kjt, key, value_offsets, &requests);
+  }
+  current_.routes.assign(ps_peers_.size(), {});
+  for (size_t p = 0; p < requests.size(); ++p) current_.routes[p] = std::move(requests[p].routes);
+  current_.bag_lengths = bag_lengths_;
+  current_.epoch = epoch_;
+  return Status::OK();
+}
+
+void EmbeddingClient::SendPush(const FeatureOutputs& grads) {
   std::vector<RpcFuture>& futures = pushes_;
   for (size_t p = 0; p < ps_peers_.size(); ++p) {
     std::vector<PushEntry> entries;
@@ -224,21 +328,28 @@ Status EmbeddingClient::StartPush(const FeatureOutputs& grads) {
     m.header.plan_version = plan_.version;
     futures.push_back(client_->Call(ps_peers_[p], std::move(m), options_.timeout));
   }
-  return Status::OK();
 }
 
 Status EmbeddingClient::WaitPush() {
-  std::vector<RpcFuture> futures;
-  futures.swap(pushes_);
-  Status first_error;
-  for (size_t p = 0; p < futures.size(); ++p) {
-    auto reply = futures[p].Wait();
-    // A retried push the server already applied is a success.
-    if (!reply.ok() && reply.status().code() != StatusCode::kAlreadyApplied && first_error.ok()) {
-      first_error = reply.status().WithContext("gradient push to parameter server " + std::to_string(p));
+  for (int attempt = 0;; ++attempt) {
+    std::vector<RpcFuture> futures;
+    futures.swap(pushes_);
+    Status first_error;
+    for (size_t p = 0; p < futures.size(); ++p) {
+      auto reply = futures[p].Wait();
+      // A retried push the server already applied is a success.
+      if (!reply.ok() && reply.status().code() != StatusCode::kAlreadyApplied && first_error.ok()) {
+        first_error = reply.status().WithContext("gradient push to parameter server " + std::to_string(p));
+      }
     }
+    if (first_error.ok()) return first_error;
+    if (!options_.reroute || !Retryable(first_error) || attempt >= 3) return first_error;
+    // Sent again to every server of the new plan: those that had it answer
+    // ALREADY_APPLIED, the backups now serving apply it.
+    TESSERA_RETURN_IF_ERROR(Reroute(first_error));
+    TESSERA_RETURN_IF_ERROR(SendLookupRoutesOnly());
+    SendPush(pushed_);
   }
-  return first_error;
 }
 
 }  // namespace tessera

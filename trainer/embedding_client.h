@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <span>
 #include <vector>
 
 #include "common/job_config.h"
@@ -26,9 +28,24 @@
 
 namespace tessera {
 
+// Where requests go: the plan and, by its rank, each server's RpcClient peer.
+struct EmbeddingRoute {
+  ShardingPlan plan;
+  std::vector<int> ps_peers;
+};
+
 struct EmbeddingClientOptions {
   uint32_t trainer = 0;
   std::chrono::milliseconds timeout{120000};
+  // With backups in the plan (cluster.replicas): when a request fails as a
+  // lost server's would (cancelled, PLAN_CHANGED, unavailable, no reply),
+  // asks for the plan that replaced it — the backups serving — and sends the
+  // step's lookup or push again under it (lookups are idempotent, a push
+  // already applied is ALREADY_APPLIED). An error ends the step as before.
+  std::function<StatusOr<EmbeddingRoute>(const Status& why)> reroute;
+  // Whether the plan was replaced meanwhile: asked before sending, so that
+  // nothing goes to a server the plan no longer has.
+  std::function<bool()> plan_replaced;
 };
 
 // Per feature in model order: pooled [B x dim] or unpooled [num_ids x dim].
@@ -68,6 +85,10 @@ class EmbeddingClient {
     return WaitPush();
   }
 
+  // Takes the plan that replaced the running one (options.reroute); every
+  // later request follows it.
+  Status Reroute(const Status& why);
+
   // Bytes the last Lookup() moved: sent (entries, lengths, ids, weights) and
   // received (pooled or unpooled rows), over all servers.
   int64_t last_lookup_bytes() const { return last_lookup_bytes_; }
@@ -92,6 +113,8 @@ class EmbeddingClient {
     const ShardSpec* shard = nullptr;
     int64_t out_rows = 0;
     std::vector<int64_t> positions;
+    // To the shard's backup: no values come back; its push is the same.
+    bool backup = false;
   };
   struct ServerRequest {
     std::vector<LookupEntry> entries;
@@ -103,6 +126,21 @@ class EmbeddingClient {
 
   void RouteFeature(int f, const KeyedJaggedTensor& kjt, int key, const std::vector<int64_t>& value_offsets,
                     std::vector<ServerRequest>* requests);
+  // Adds one entry for `shard` to its server's request, and the same entry,
+  // context only, to its backup's.
+  static void AddEntry(const ShardSpec* shard, LookupEntry entry, std::span<const int32_t> lengths,
+                       std::span<const int64_t> ids, std::span<const float> weights, EntryRoute route,
+                       std::vector<ServerRequest>* requests);
+
+  struct LookupState;
+  void BuildRoutes();
+  // Routes `kjt` under the running plan and sends its lookup.
+  Status SendLookup(const KeyedJaggedTensor& kjt, LookupState* st);
+  // Sends the push of `grads` for the finished lookup current_.
+  void SendPush(const FeatureOutputs& grads);
+  // Routes current_'s batch again under the running plan, for its push.
+  Status SendLookupRoutesOnly();
+  static bool Retryable(const Status& st);
 
   EmbeddingClientOptions options_;
   JobConfig job_;
@@ -115,6 +153,9 @@ class EmbeddingClient {
   // A lookup from StartLookup() on, then (once finished) what StartPush() needs.
   struct LookupState {
     uint64_t step = 0;
+    bool inference = false;
+    uint64_t epoch = 0;      // the plan it was sent under
+    KeyedJaggedTensor kjt;   // kept to send again on a new plan (with reroute)
     int64_t batch = 0;
     std::vector<int64_t> out_rows;                   // per feature
     std::vector<std::vector<EntryRoute>> routes;     // per server
@@ -130,6 +171,8 @@ class EmbeddingClient {
   int64_t last_lookup_bytes_ = 0;
   int64_t last_reply_bytes_ = 0;
   std::vector<RpcFuture> pushes_;  // in flight, one per server
+  FeatureOutputs pushed_;          // what they carry, to send again on a new plan (with reroute)
+  uint64_t epoch_ = 0;             // plans taken so far
 };
 
 }  // namespace tessera

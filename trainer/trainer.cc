@@ -199,10 +199,11 @@ void Trainer::HeartbeatLoop() {
         checkpoint_requested_ = checkpoint_requested_id_.load() > checkpoint_served_id_.load();
       }
       const int64_t generation = answer.ok() ? answer->generation : 0;
+      const bool promoted = answer.ok() && answer->promoted;
       if (generation > master_generation_.load()) {
         master_generation_ = generation;
         const int64_t running = running_generation_.load();
-        if (running > 0 && generation > running) {
+        if (running > 0 && generation > running && !promoted) {
           // A server was lost: this step's requests may never be answered.
           LOG(WARNING) << "trainer " << options_.rank << ": the job moved to generation " << generation
                        << "; dropping the step in flight";
@@ -210,6 +211,13 @@ void Trainer::HeartbeatLoop() {
           CancelServerCalls(Status::Cancelled("the job's servers changed (generation " + std::to_string(generation) +
                                               ")"));
         }
+      }
+      // Backups took over a lost server's shards: the step goes on, its
+      // requests in flight are sent again under the new plan. Until the
+      // training thread has taken it, what it sends is cancelled too.
+      if (promoted && generation > running_generation_.load() && running_generation_.load() > 0) {
+        CancelServerCalls(Status::Cancelled("a lost server's backups took over (generation " +
+                                            std::to_string(generation) + ")"));
       }
     } else if (reply.status().code() == StatusCode::kFailedPrecondition) {
       // The master died and another took over its address (--recover): join
@@ -250,6 +258,42 @@ void Trainer::HeartbeatLoop() {
   }
 }
 
+StatusOr<EmbeddingRoute> Trainer::FollowPromotion(int64_t* generation, const Status& why) {
+  // Already on the newest plan, which a promotion made: a call cancelled
+  // by a heartbeat that had not seen this trainer take it goes again.
+  if (master_generation_.load() <= *generation && promoted_route_ &&
+      promoted_route_->plan.version == static_cast<uint32_t>(*generation)) {
+    return *promoted_route_;
+  }
+  // The master finds the lost server (about runtime.connection_loss_ms for
+  // a dead one) and publishes the plan its backups serve.
+  if (!AwaitNewGeneration(*generation)) {
+    return Status(why.code(), why.message() + "; and the master started no new generation");
+  }
+  TESSERA_ASSIGN_OR_RETURN(GenerationStart start, WaitStart(*generation));
+  if (!start.info.promoted) {
+    // A rollback: this generation is over (Run starts the next one).
+    return Status::Cancelled("the job's servers changed (generation " + std::to_string(start.info.generation) +
+                             "): it rolls back");
+  }
+  TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::FromJson(start.info.plan));
+  std::vector<int> peers;
+  for (const std::string& e : start.info.ps_endpoints) {
+    TESSERA_ASSIGN_OR_RETURN(int peer, ServerPeer(e));
+    peers.push_back(peer);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_peers_ = peers;
+  }
+  *generation = start.info.generation;
+  running_generation_ = *generation;
+  LOG(WARNING) << "trainer " << options_.rank << ": a lost server's backups took over; generation " << *generation
+               << ", the step goes on";
+  promoted_route_ = EmbeddingRoute{std::move(plan), std::move(peers)};
+  return *promoted_route_;
+}
+
 Status Trainer::Train(const GenerationStart& start, json* report) {
   TESSERA_ASSIGN_OR_RETURN(JobConfig job, ParseJobConfigJson(start.info.job, ""));
   TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::FromJson(start.info.plan));
@@ -262,13 +306,20 @@ Status Trainer::Train(const GenerationStart& start, json* report) {
     std::lock_guard<std::mutex> lock(mu_);
     generation_peers_ = ps_peers;
   }
-  const int64_t generation = running_generation_.load();
+  // Moves on when a lost server's backups take over (a promotion): the step
+  // in flight goes on under the new plan.
+  int64_t generation = running_generation_.load();
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, OpenTrainingData(job));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> eval_data, OpenEvalData(job));
 
   EmbeddingClientOptions eo;
   eo.trainer = static_cast<uint32_t>(options_.rank);
   eo.timeout = milliseconds(job.runtime.rpc_timeout_ms);
+  const bool replicated = job.cluster.replicas >= 2;
+  if (replicated) {
+    eo.reroute = [this, &generation](const Status& why) { return FollowPromotion(&generation, why); };
+    eo.plan_replaced = [this, &generation] { return master_generation_.load() > generation; };
+  }
   EmbeddingClient embeddings(eo, job, plan, client_.get(), ps_peers);
   TESSERA_ASSIGN_OR_RETURN(DataParallelTables local_tables, DataParallelTables::Create(job, plan));
 
@@ -325,18 +376,26 @@ Status Trainer::Train(const GenerationStart& start, json* report) {
   lo.checkpoint_every = job.checkpoint.dir.empty() ? 0 : job.checkpoint.every_steps;
   if (!job.checkpoint.dir.empty()) lo.checkpoint_requested = &checkpoint_requested_;
   lo.barrier = [&](int64_t step) -> Status {
-    BarrierRequest req;
-    req.trainer = Id();
-    req.step = step;
-    req.generation = generation;
-    Message m = EncodeJson(Opcode::kCheckpointBarrier, req.ToJson());
-    if (options_.rank == 0) {
-      TESSERA_ASSIGN_OR_RETURN(std::string bytes, save_state());
-      m.AddString(bytes);
+    StatusOr<Message> reply = Status::Internal("no barrier attempt");
+    for (int attempt = 0;; ++attempt) {
+      BarrierRequest req;
+      req.trainer = Id();
+      req.step = step;
+      req.generation = generation;
+      Message m = EncodeJson(Opcode::kCheckpointBarrier, req.ToJson());
+      if (options_.rank == 0) {
+        TESSERA_ASSIGN_OR_RETURN(std::string bytes, save_state());
+        m.AddString(bytes);
+      }
+      // Waits while the others arrive and every server snapshots.
+      reply = client_->CallSync(master_peer_, std::move(m), milliseconds(job.runtime.rpc_timeout_ms * 10));
+      if (reply.ok()) break;
+      // A server lost at the barrier whose backups took over: arrive again,
+      // in the new generation.
+      if (!replicated || attempt >= 3 || !embeddings.Reroute(reply.status()).ok()) {
+        return reply.status().WithContext("checkpoint barrier at step " + std::to_string(step));
+      }
     }
-    // Waits while the others arrive and every server snapshots.
-    auto reply = client_->CallSync(master_peer_, std::move(m), milliseconds(job.runtime.rpc_timeout_ms * 10));
-    if (!reply.ok()) return reply.status().WithContext("checkpoint barrier at step " + std::to_string(step));
     TESSERA_ASSIGN_OR_RETURN(json j, DecodeJson(*reply));
     TESSERA_ASSIGN_OR_RETURN(BarrierReply answer, BarrierReply::Parse(j));
     checkpoint_served_id_ = std::max<int64_t>(checkpoint_served_id_, answer.served);
@@ -351,7 +410,7 @@ Status Trainer::Train(const GenerationStart& start, json* report) {
     }
     return Status::OK();
   };
-  lo.on_progress = [this, generation](const json& p) {
+  lo.on_progress = [this, &generation](const json& p) {
     LOG(INFO) << "trainer " << options_.rank << " step " << p["step"] << " loss " << p["loss"] << " examples/s "
               << p["examples_per_s"];
     TrainerProgress progress;

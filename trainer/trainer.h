@@ -23,6 +23,7 @@
 #include "common/rpc_client.h"
 #include "common/status.h"
 #include "trainer/collective.h"
+#include "trainer/embedding_client.h"
 
 namespace tessera {
 
@@ -80,6 +81,10 @@ class Trainer {
   // Trains one generation: to the job's end (OK), or until it is replaced
   // (an error; the master's generation has moved on) or fails.
   Status Train(const GenerationStart& start, nlohmann::json* report);
+  // With replicas: the plan a lost server's backups serve, once the master
+  // published it; *generation becomes its generation. An error when the
+  // change is a rollback instead (Train ends, Run starts the next one).
+  StatusOr<EmbeddingRoute> FollowPromotion(int64_t* generation, const Status& why);
   // After Train failed in `generation`: whether the master starts a newer
   // one (it may first have to notice a lost server: up to a peer timeout).
   bool AwaitNewGeneration(int64_t generation);
@@ -125,6 +130,7 @@ class Trainer {
   // trainer runs; when the first passes the second, the step is dropped.
   std::atomic<int64_t> master_generation_{0}, running_generation_{0};
   std::map<std::string, int> server_peers_;  // endpoint -> peer; main thread
+  std::optional<EmbeddingRoute> promoted_route_;  // the last plan a promotion gave; main thread
   std::vector<int> generation_peers_;        // GUARDED_BY(mu_)
   Status fatal_;                             // GUARDED_BY(mu_)
   // Checkpoint requests: the master's newest request id (from heartbeats) and

@@ -14,10 +14,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <thread>
 
 #include "common/job_config.h"
+#include "common/param_file.h"
 #include "tests/integration/dump_reader.h"
 #include "tests/integration/local_cluster.h"
 #include "tests/integration/test_jobs.h"
@@ -291,12 +293,43 @@ TEST(ElasticTest, KilledMasterIsRestartedAndTheJobEndsLikeAnUndisturbedRun) {
   std::filesystem::remove_all(root);
 }
 
+// Every backup<id>.params of a dump equals its shard<id>.params, row by row
+// and bit by bit; returns how many backups were compared.
+int ExpectBackupsEqualPrimaries(const std::string& dump) {
+  int compared = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dump)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("backup", 0) != 0) continue;
+    auto backup = ReadParamFile(entry.path().string());
+    auto primary = ReadParamFile(dump + "/shard" + name.substr(6));
+    EXPECT_TRUE(backup.ok() && primary.ok()) << name << ": " << backup.status() << primary.status();
+    if (!backup.ok() || !primary.ok()) continue;
+    auto rows_of = [](const std::vector<ParamArray>& arrays) {
+      std::map<int64_t, std::vector<float>> rows;
+      const ParamArray* ids = FindParam(arrays, "ids");
+      const ParamArray* values = FindParam(arrays, "rows");
+      if (ids == nullptr || values == nullptr) return rows;
+      const size_t width = ids->i64.empty() ? 0 : values->f32.size() / ids->i64.size();
+      for (size_t i = 0; i < ids->i64.size(); ++i) {
+        rows[ids->i64[i]].assign(values->f32.begin() + i * width, values->f32.begin() + (i + 1) * width);
+      }
+      return rows;
+    };
+    const auto b = rows_of(*backup), p = rows_of(*primary);
+    EXPECT_FALSE(p.empty()) << name;
+    EXPECT_TRUE(b == p) << name << ": the backup's rows differ from the primary's";
+    ++compared;
+  }
+  return compared;
+}
+
 // Starts the job of this file with per-server flags (a fault for one).
 Status StartWithServerFlags(testing::LocalCluster& c, const json& config,
                             const std::vector<std::vector<std::string>>& ps_flags,
                             const std::vector<std::string>& master_args) {
   json job = config;
-  job["cluster"] = {{"num_ps", ps_flags.size()}, {"num_trainers", 2}};
+  job["cluster"]["num_ps"] = ps_flags.size();
+  job["cluster"]["num_trainers"] = 2;
   TESSERA_RETURN_IF_ERROR(c.StartMaster(job, master_args));
   for (size_t i = 0; i < ps_flags.size(); ++i) TESSERA_RETURN_IF_ERROR(c.StartPs(static_cast<int>(i), ps_flags[i]));
   for (int r = 0; r < 2; ++r) TESSERA_RETURN_IF_ERROR(c.StartTrainer(r, 2));
@@ -363,6 +396,74 @@ TEST(ElasticTest, MasterKilledDuringACheckpointIsRestartedAndTheJobEndsLikeAnUnd
   for (const char* p : {"ps0", "ps1"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
   ExpectTrainersFinished(c);
   ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
+TEST(ElasticTest, ReplicatedJobEndsLikeAnUndisturbedOneAndBackupsEqualPrimaries) {
+  Undisturbed();
+  const std::string root = TempRoot("replicated");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_replicated");
+  json job = Job(root);
+  job["cluster"]["replicas"] = 2;
+  ASSERT_TRUE(c.StartJob(job, 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  EXPECT_NE(c.Log("master").find("backup:"), std::string::npos) << c.Log("master");
+  ExpectTrainersFinished(c);
+  ExpectSameParameters(c);
+  EXPECT_GE(ExpectBackupsEqualPrimaries(c.dir() + "/dump"), 3);
+  std::filesystem::remove_all(root);
+}
+
+TEST(ElasticTest, KilledServerWithReplicasCostsNoRollbackAndBackupsAreRebuilt) {
+  Undisturbed();
+  const std::string root = TempRoot("kill_replicated");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_kill_replicated");
+  json job = Job(root);
+  job["cluster"]["replicas"] = 2;
+  ASSERT_TRUE(c.StartJob(job, 3, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+  const int64_t step = SeededStep(kEvery + 5, kSteps / 2, 11);
+  ASSERT_TRUE(c.WaitForSteps(0, step, milliseconds(60000))) << c.Log("master");
+  c.Kill("ps1", SIGKILL);
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master") << c.Log("trainer0");
+  const std::string log = c.Log("master");
+  EXPECT_NE(log.find("its shards' backups take over (no rollback)"), std::string::npos) << log;
+  EXPECT_NE(log.find("[master] promoted: generation 2 on 2 parameter server(s)"), std::string::npos) << log;
+  EXPECT_EQ(log.find("rolling back"), std::string::npos) << log;
+  // At the next boundary the plan gets its backups back, on the 2 left.
+  EXPECT_NE(log.find("generation 3: 2 parameter server(s)"), std::string::npos) << log;
+  for (const char* p : {"ps0", "ps2"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
+  ExpectTrainersFinished(c);
+  // No step was trained twice.
+  EXPECT_EQ(c.Metrics(0).size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(c.Metrics(1).size(), static_cast<size_t>(kSteps));
+  ExpectSameParameters(c);
+  EXPECT_GE(ExpectBackupsEqualPrimaries(c.dir() + "/dump"), 3);
+  std::filesystem::remove_all(root);
+}
+
+TEST(ElasticTest, ServerKilledDuringACheckpointWithReplicasCostsNoRollback) {
+  Undisturbed();
+  const std::string root = TempRoot("kill_replicated_in_snapshot");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_kill_replicated_in_snapshot");
+  json job = Job(root);
+  job["cluster"]["replicas"] = 2;
+  const int64_t nth = SeededStep(2, 6, 12);
+  ASSERT_TRUE(StartWithServerFlags(c, job, {{}, {"--test_crash_on", "snapshot:" + std::to_string(nth)}, {}},
+                                   {"--dump_dir", c.dir() + "/dump"})
+                  .ok());
+  EXPECT_EQ(c.Wait("ps1", milliseconds(60000)), 9) << c.Log("ps1");
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  const std::string log = c.Log("master");
+  EXPECT_NE(log.find("(no rollback)"), std::string::npos) << log;
+  EXPECT_EQ(log.find("rolling back"), std::string::npos) << log;
+  for (const char* p : {"ps0", "ps2"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
+  ExpectTrainersFinished(c);
+  EXPECT_EQ(c.Metrics(0).size(), static_cast<size_t>(kSteps));
+  ExpectSameParameters(c);
+  EXPECT_GE(ExpectBackupsEqualPrimaries(c.dir() + "/dump"), 3);
   std::filesystem::remove_all(root);
 }
 

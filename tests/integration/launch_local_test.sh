@@ -234,7 +234,7 @@ recovered_twice() { [ "$(grep -c -F "[master] recovered" "$1")" -ge 2 ]; }
 # ---- b) --max_restarts: a killed server, then a killed trainer, replaced ----
 b() {
   local dir="$TMP/run_b" code victim="" pid
-  start_job b 1200 --max_restarts 3
+  start_job b 3000 --max_restarts 3
   wait_for_training b || return
   for pid in $(pgrep -P "$LPID"); do
     if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = tessera_ps ]; then victim=$pid; break; fi

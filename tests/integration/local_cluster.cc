@@ -105,7 +105,8 @@ Status LocalCluster::StartJob(const nlohmann::json& config, int num_ps, int num_
                               const std::vector<std::string>& master_args, const std::vector<std::string>& ps_args) {
   // The job's counts are the ones started here, whatever the config said.
   nlohmann::json job = config;
-  job["cluster"] = {{"num_ps", num_ps}, {"num_trainers", num_trainers}};
+  job["cluster"]["num_ps"] = num_ps;
+  job["cluster"]["num_trainers"] = num_trainers;
   TESSERA_RETURN_IF_ERROR(StartMaster(job, master_args));
   for (int i = 0; i < num_ps; ++i) TESSERA_RETURN_IF_ERROR(StartPs(i, ps_args));
   for (int r = 0; r < num_trainers; ++r) TESSERA_RETURN_IF_ERROR(StartTrainer(r, num_trainers));
