@@ -93,53 +93,79 @@ StatusOr<json> PsService::Snapshot(const std::string& dir, int64_t step) {
 }
 
 Status PsService::Restore(const json& restore, const ShardMap& shards) {
-  constexpr size_t kBatch = 4096;
-  for (const auto& [id, shard] : shards) {
-    const ShardSpec& mine = shard->spec();
-    const RowLayout layout = RowLayout::For(shard->table().optimizer.type);
-    int64_t restored = 0;
-    for (const json& old : restore.at("shards")) {
-      if (old.at("table").get<std::string>() != shard->table().name) continue;
-      const int64_t lo = std::max(mine.row_offset, old.at("row_offset").get<int64_t>());
-      const int64_t hi = std::min(mine.row_offset + mine.num_rows,
-                                  old.at("row_offset").get<int64_t>() + old.at("num_rows").get<int64_t>());
-      const int old_col = old.at("col_offset").get<int>(), old_cols = old.at("num_cols").get<int>();
-      if (lo >= hi || old_col >= mine.col_offset + mine.num_cols || old_col + old_cols <= mine.col_offset) continue;
-      // Rows come in id order from the old snapshot; each batch is merged
-      // into this shard's rows (its columns of them), state included.
-      std::vector<int64_t> ids;
-      std::vector<float> rows;
-      int width = 0;
-      auto flush = [&]() -> Status {
-        if (ids.empty()) return Status::OK();
-        Status st = shard->store()->Update(ids, [&](float* const* dst, int64_t n) {
-          for (int64_t i = 0; i < n; ++i) {
-            CopyRowColumns(layout, &rows[i * width], old_col, old_cols, dst[i], mine.col_offset, mine.num_cols);
-          }
-        });
-        restored += static_cast<int64_t>(ids.size());
-        ids.clear();
-        rows.clear();
-        return st;
-      };
-      Status st = ScanSnapshot(old.at("path").get<std::string>(), lo, hi,
-                               [&](int64_t row_id, const float* row, int w) -> Status {
-                                 if (w != layout.Width(old_cols)) {
-                                   return Status::DataLoss("checkpoint row of width " + std::to_string(w) +
-                                                           " does not fit the table's optimizer state");
-                                 }
-                                 width = w;
-                                 ids.push_back(row_id);
-                                 rows.insert(rows.end(), row, row + w);
-                                 return ids.size() >= kBatch ? flush() : Status::OK();
-                               });
-      TESSERA_RETURN_IF_ERROR(st.WithContext("restoring shard " + std::to_string(id) + " from " +
-                                             old.at("path").get<std::string>()));
-      TESSERA_RETURN_IF_ERROR(flush());
+  // Shards restore side by side, as they snapshot: each is bound by one
+  // core's parsing and copying, and the job waits for the last.
+  std::vector<std::pair<uint32_t, EmbeddingShard*>> todo;
+  for (const auto& [id, shard] : shards) todo.emplace_back(id, shard.get());
+  std::vector<Status> results(todo.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < todo.size(); i = next++) {
+      try {
+        results[i] = RestoreShard(restore, todo[i].first, todo[i].second);
+      } catch (const json::exception& e) {
+        // A manifest whose fields have the wrong types: on this thread, no
+        // handler above catches it.
+        results[i] = Status::DataLoss("checkpoint manifest: " + std::string(e.what()));
+      }
     }
-    LOG(INFO) << "ps " << ps_rank_.load() << ": shard " << id << " of table " << shard->table().name << " restored "
-              << restored << " row slices";
+  };
+  const size_t threads =
+      std::min<size_t>({todo.size(), std::max<unsigned>(1, std::thread::hardware_concurrency()), kSnapshotThreads});
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (const Status& st : results) TESSERA_RETURN_IF_ERROR(st);
+  return Status::OK();
+}
+
+Status PsService::RestoreShard(const json& restore, uint32_t id, EmbeddingShard* shard) {
+  constexpr size_t kBatch = 4096;
+  const ShardSpec& mine = shard->spec();
+  const RowLayout layout = RowLayout::For(shard->table().optimizer.type);
+  int64_t restored = 0;
+  for (const json& old : restore.at("shards")) {
+    if (old.at("table").get<std::string>() != shard->table().name) continue;
+    const int64_t lo = std::max(mine.row_offset, old.at("row_offset").get<int64_t>());
+    const int64_t hi = std::min(mine.row_offset + mine.num_rows,
+                                old.at("row_offset").get<int64_t>() + old.at("num_rows").get<int64_t>());
+    const int old_col = old.at("col_offset").get<int>(), old_cols = old.at("num_cols").get<int>();
+    if (lo >= hi || old_col >= mine.col_offset + mine.num_cols || old_col + old_cols <= mine.col_offset) continue;
+    // Rows come in id order from the old snapshot; each batch is merged
+    // into this shard's rows (its columns of them), state included.
+    std::vector<int64_t> ids;
+    std::vector<float> rows;
+    int width = 0;
+    auto flush = [&]() -> Status {
+      if (ids.empty()) return Status::OK();
+      Status st = shard->store()->Update(ids, [&](float* const* dst, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) {
+          CopyRowColumns(layout, &rows[i * width], old_col, old_cols, dst[i], mine.col_offset, mine.num_cols);
+        }
+      });
+      restored += static_cast<int64_t>(ids.size());
+      ids.clear();
+      rows.clear();
+      return st;
+    };
+    Status st = ScanSnapshot(old.at("path").get<std::string>(), lo, hi,
+                             [&](int64_t row_id, const float* row, int w) -> Status {
+                               if (w != layout.Width(old_cols)) {
+                                 return Status::DataLoss("checkpoint row of width " + std::to_string(w) +
+                                                         " does not fit the table's optimizer state");
+                               }
+                               width = w;
+                               ids.push_back(row_id);
+                               rows.insert(rows.end(), row, row + w);
+                               return ids.size() >= kBatch ? flush() : Status::OK();
+                             });
+    TESSERA_RETURN_IF_ERROR(st.WithContext("restoring shard " + std::to_string(id) + " from " +
+                                           old.at("path").get<std::string>()));
+    TESSERA_RETURN_IF_ERROR(flush());
   }
+  LOG(INFO) << "ps " << ps_rank_.load() << ": shard " << id << " of table " << shard->table().name << " restored "
+            << restored << " row slices";
   return Status::OK();
 }
 

@@ -146,8 +146,9 @@ class PsService {
   const std::function<void(Opcode)> before_control_;
   // Drops the current shards once no request uses them (CreateShards).
   Status ReleaseShards();
-  // Fills new shards from a checkpoint's (CreateShards).
+  // Fills new shards from a checkpoint's (CreateShards), several at once.
   Status Restore(const nlohmann::json& restore, const ShardMap& shards);
+  Status RestoreShard(const nlohmann::json& restore, uint32_t id, EmbeddingShard* shard);
 
   mutable std::mutex mu_;
   std::condition_variable shutdown_cv_;
