@@ -166,6 +166,52 @@ TEST_F(PsServiceTest, PushAppliesSgdOncePerRow) {
   }
 }
 
+// A backup's copy of a lookup opens the backward context without sending
+// values, so the push that follows applies there as on the primary; PROMOTE
+// then moves the server to a new plan keeping rows and applied steps, and
+// refuses a plan asking for a shard it lacks without changing anything.
+TEST_F(PsServiceTest, BackupLookupOpensTheContextAndPromoteKeepsTheState) {
+  Start("async", 1);
+  Message copy = EncodeLookupRequest(LookupMeta{0, 0, 0}, {LookupEntry{0, 2, 3, kEntryContextOnly}}, {2, 1}, {5, 5, 6},
+                                     {});
+  copy.header.plan_version = plan_.version;
+  auto none = Values(Call(std::move(copy)), 0);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  ASSERT_TRUE(Call(Push(0, 0, 2, 4, {1, 1, 1, 1, 2, 2, 2, 2})).ok());
+  auto applied = Values(Call(Lookup(0, 1, {{5}, {6}})), 8);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_NEAR((*applied)[c], Init(0, 5, c) - 0.5f * 2.0f, 1e-6);
+    EXPECT_NEAR((*applied)[4 + c], Init(0, 6, c) - 0.5f * 2.0f, 1e-6);
+  }
+
+  // A plan with a shard this server does not hold: refused, nothing changed.
+  ShardingPlan foreign = plan_;
+  foreign.version = plan_.version + 1;
+  ShardSpec extra = foreign.shards[0];
+  extra.shard_id = static_cast<uint32_t>(foreign.shards.size());
+  foreign.shards.push_back(extra);
+  Message bad = EncodeJson(Opcode::kPromote, {{"plan", foreign.ToJson()}, {"rank", 0}});
+  EXPECT_EQ(Call(std::move(bad)).status().code(), StatusCode::kFailedPrecondition);
+  Message out_of_range = EncodeJson(Opcode::kPromote, {{"plan", plan_.ToJson()}, {"rank", 3}});
+  EXPECT_EQ(Call(std::move(out_of_range)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Values(Call(Lookup(0, 2, {{5}})), 4).ok());
+
+  ShardingPlan next = plan_;
+  next.version = plan_.version + 1;
+  Message promote = EncodeJson(Opcode::kPromote, {{"plan", next.ToJson()}, {"rank", 0}});
+  ASSERT_TRUE(Call(std::move(promote)).ok());
+  // The old plan's requests are refused; the new one's see the same rows,
+  // and a push the server applied before stays applied.
+  EXPECT_EQ(Call(Lookup(0, 3, {{5}})).status().code(), StatusCode::kPlanChanged);
+  plan_ = next;
+  auto kept = Values(Call(Lookup(0, 3, {{5}})), 4);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  for (int c = 0; c < 4; ++c) EXPECT_EQ((*kept)[c], (*applied)[c]);
+  EXPECT_EQ(Call(Push(0, 0, 2, 4, std::vector<float>(8, 1.0f))).status().code(), StatusCode::kAlreadyApplied);
+}
+
 TEST_F(PsServiceTest, ValidationErrorsChangeNothingAndServerKeepsServing) {
   Start("async", 1);
   // Truncated frame: ids cut mid-element.
