@@ -131,7 +131,10 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
     if (options_.barrier) {
       const bool periodic = options_.checkpoint_every > 0 && step > options_.start_step &&
                             step % options_.checkpoint_every == 0;
-      if (periodic || agreed_checkpoint) TESSERA_RETURN_IF_ERROR(options_.barrier(step));
+      if (periodic || agreed_checkpoint) {
+        agreed_checkpoint = false;
+        TESSERA_RETURN_IF_ERROR(options_.barrier(step));
+      }
     }
     if (step == options_.start_step + warmup) {
       timed_start = Clock::now();
@@ -173,7 +176,10 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
     } else {
       TESSERA_RETURN_IF_ERROR(collective_->AllReduceSum(model_->grads()));
     }
-    TESSERA_RETURN_IF_ERROR(AgreeOnCheckpoint(&agreed_checkpoint));
+    // Every trainer asks at the same steps, so all agree on the boundary.
+    if ((step + 1) % std::max<int64_t>(1, options_.request_check_every) == 0) {
+      TESSERA_RETURN_IF_ERROR(AgreeOnCheckpoint(&agreed_checkpoint));
+    }
     TESSERA_RETURN_IF_ERROR(local_tables_->Step(collective_));
     TESSERA_RETURN_IF_ERROR(optimizer_->Step(model_->params(), model_->grads()));
     const auto t4 = Clock::now();

@@ -46,11 +46,14 @@ struct TrainingLoopOptions {
   // The first step (a resumed job starts where its checkpoint was taken).
   int64_t start_step = 0;
   // Checkpoints: the loop stops at a step boundary s and calls barrier(s)
-  // when s is a multiple of checkpoint_every (s > start_step), when any
-  // trainer had *checkpoint_requested (set from the master's heartbeat
-  // replies) at step s-1 (agreed by a one-float allreduce). barrier returns
-  // once the checkpoint is taken.
+  // when s is a multiple of checkpoint_every (s > start_step), or when s is
+  // a multiple of request_check_every and any trainer had
+  // *checkpoint_requested (set from the master's heartbeat replies) at step
+  // s-1 (agreed by a one-float allreduce; only every request_check_every
+  // steps, as that allreduce costs a round trip among the trainers). barrier
+  // returns once the checkpoint is taken.
   int64_t checkpoint_every = 0;
+  int64_t request_check_every = 16;
   const std::atomic<bool>* checkpoint_requested = nullptr;
   std::function<Status(int64_t step)> barrier;
 };
