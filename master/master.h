@@ -144,6 +144,10 @@ class Master {
     std::string dir;             // "" for step 0
     nlohmann::json restore;      // the old shards, for CREATE_SHARDS; null for step 0
     std::string trainer_state;   // trainer 0's state bytes; "" for step 0
+    // The servers' live state is this cut (a checkpoint taken at this very
+    // boundary, for a change of the servers): a server may keep a shard it
+    // holds already instead of reloading it. Never for a rollback.
+    bool live = false;
   };
   struct StartWaiter {
     int64_t after_generation = 0;  // answered by a generation newer than this

@@ -98,6 +98,7 @@ Status Master::ServeBarrier(std::unique_lock<std::mutex>* lock) {
     if (st.ok() && change) {
       // The new servers start from this checkpoint: nothing is rolled back.
       auto from = ReadRestorePoint(dir, manifest);
+      if (from.ok()) from->live = true;
       st = from.ok() ? StartGeneration(next, *from) : from.status();
       restarted = st.ok();
     }

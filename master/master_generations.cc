@@ -119,8 +119,9 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
     const double percent = m.total_elements > 0 ? 100.0 * m.elements / m.total_elements : 0.0;
     std::cout << "[master] plan version " << plan.version << " on " << members.size() << " server(s): " << m.elements
               << " of " << m.total_elements << " row elements (" << static_cast<int>(percent) << "%, "
-              << static_cast<int64_t>(m.bytes / 1e6) << " MB with optimizer state) change servers; every server loads "
-              << "its rows from " << (from.dir.empty() ? "their initial values (step 0)" : from.dir) << std::endl;
+              << static_cast<int64_t>(m.bytes / 1e6) << " MB with optimizer state) change servers; "
+              << (from.live ? "servers keep the shards they hold and load the others" : "every server loads its rows")
+              << " from " << (from.dir.empty() ? "their initial values (step 0)" : from.dir) << std::endl;
   }
   const json job_json = job_.ToJson();
   const json plan_json = plan.ToJson();
@@ -130,6 +131,8 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
   for (size_t rank = 0; rank < members.size(); ++rank) {
     json body = {{"job", job_json}, {"plan", plan_json}, {"rank", rank}};
     if (!from.restore.is_null()) body["restore"] = from.restore;
+    // A change at a boundary: what a server keeps need not be reloaded.
+    if (from.live) body["keep"] = true;
     bodies.push_back(std::move(body));
   }
   // Restoring reads the checkpoint's rows: allow it time.

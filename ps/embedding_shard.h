@@ -41,6 +41,9 @@ class EmbeddingShard {
                                                           double memory_share = 1.0);
 
   const ShardSpec& spec() const { return spec_; }
+  // A new plan numbers the same rows differently: this shard goes on under
+  // `id`. REQUIRES: no request uses the shard meanwhile.
+  void Relabel(uint32_t id) { spec_.shard_id = id; }
   const TableConfig& table() const { return table_; }
   int cols() const { return spec_.num_cols; }
   bool pooled() const { return pooling_ != kernels::Pooling::kNone; }

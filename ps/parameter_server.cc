@@ -26,6 +26,7 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Paramete
   PsServiceOptions service_options;
   service_options.store_factory = MakeRowStoreFactory(options.storage);
   service_options.before_control = options.before_control;
+  service_options.stores_named_by_id = !options.storage.rocksdb_path.empty();
   ps->service_ = std::make_unique<PsService>(service_options);
   PsService* service = ps->service_.get();
   TESSERA_ASSIGN_OR_RETURN(

@@ -33,6 +33,7 @@ PsService::PsService(PsServiceOptions options)
     : ps_rank_(options.ps_rank),
       store_factory_(options.store_factory),
       before_control_(options.before_control),
+      stores_named_by_id_(options.stores_named_by_id),
       shards_(std::make_shared<ShardMap>()), last_expiry_(Clock::now()) {}
 
 PsService::~PsService() { Abort(Status::Cancelled("parameter server shutting down")); }
@@ -51,12 +52,14 @@ std::shared_ptr<const PsService::ShardMap> PsService::Shards() const {
   return shards_;
 }
 
-Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, const json& restore) {
-  TESSERA_RETURN_IF_ERROR(ReleaseShards());
-  auto shards = std::make_shared<ShardMap>();
+Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, const json& restore, bool keep) {
   // Its own shards and those it backs up: a backup is the same shard,
   // restored from the same rows, applying the same pushes.
   const std::vector<ShardSpec> mine = plan.HeldBy(ps_rank_.load());
+  auto shards = std::make_shared<ShardMap>();
+  TESSERA_RETURN_IF_ERROR(ReleaseShards(keep ? mine : std::vector<ShardSpec>{}, shards.get()));
+  const size_t kept = shards->size();
+  ShardMap created;
   double total_bytes = 0;
   for (const ShardSpec& spec : mine) {
     if (spec.table < 0 || spec.table >= static_cast<int>(job.tables.size())) {
@@ -65,16 +68,22 @@ Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, c
     total_bytes += static_cast<double>(spec.num_rows) * job.tables[spec.table].RowBytes();
   }
   for (const ShardSpec& spec : mine) {
+    if (shards->count(spec.shard_id)) continue;  // kept as it is
     const double bytes = static_cast<double>(spec.num_rows) * job.tables[spec.table].RowBytes();
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddingShard> shard,
                              EmbeddingShard::Create(spec, job.tables[spec.table], store_factory_,
                                                     total_bytes > 0 ? bytes / total_bytes : 1.0));
-    (*shards)[spec.shard_id] = std::move(shard);
+    created[spec.shard_id] = std::move(shard);
   }
   int64_t start_step = 0;
   if (!restore.is_null()) {
-    TESSERA_RETURN_IF_ERROR(Restore(restore, *shards));
+    // Kept shards are the cut already; only the new ones load their rows.
+    TESSERA_RETURN_IF_ERROR(Restore(restore, created));
     start_step = restore.value("step", int64_t{0});
+  }
+  for (auto& [id, shard] : created) (*shards)[id] = std::move(shard);
+  if (keep) {
+    LOG(INFO) << "ps " << ps_rank_.load() << ": kept " << kept << " shard(s) as they were, loaded " << created.size();
   }
   Gate::Released parked;
   {
@@ -131,7 +140,7 @@ Status PsService::Promote(const ShardingPlan& plan, int rank) {
   return Status::OK();
 }
 
-Status PsService::ReleaseShards() {
+Status PsService::ReleaseShards(const std::vector<ShardSpec>& keep, ShardMap* kept) {
   // A new plan's shard reopens what an old one of the same id holds on disk
   // (its RocksDB folder), so the old ones go first. Requests still computing
   // hold the old map; the plan that routed them is over, wait for them.
@@ -145,7 +154,24 @@ Status PsService::ReleaseShards() {
   const auto give_up = Clock::now() + std::chrono::seconds(60);
   while (old.use_count() > 1 && Clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (old.use_count() > 1) return Status::Unavailable("requests under the old plan still run after 60 s");
-  return Status::OK();
+  // What stays: the same rows and columns of the same table, as they are,
+  // under the new plan's id (a store with files named by id: the same id).
+  std::set<uint32_t> taken;
+  for (const ShardSpec& spec : keep) {
+    for (const auto& [id, shard] : *old) {
+      const ShardSpec& held = shard->spec();
+      if (taken.count(id) || held.table != spec.table || held.row_offset != spec.row_offset ||
+          held.num_rows != spec.num_rows || held.col_offset != spec.col_offset || held.num_cols != spec.num_cols ||
+          (stores_named_by_id_ && id != spec.shard_id)) {
+        continue;
+      }
+      taken.insert(id);
+      shard->Relabel(spec.shard_id);
+      (*kept)[spec.shard_id] = shard;
+      break;
+    }
+  }
+  return Status::OK();  // the others are destroyed with `old`
 }
 
 void PsService::Abort(const Status& reason) {
@@ -593,7 +619,7 @@ void PsService::HandleControl(Message&& m, Responder r) {
           }
           set_rank(rank);
         }
-        Status st = CreateShards(*job, *plan, body->value("restore", json()));
+        Status st = CreateShards(*job, *plan, body->value("restore", json()), body->value("keep", false));
         if (!st.ok()) {
           r.ReplyError(st);
           return;

@@ -56,6 +56,9 @@ struct PsServiceOptions {
   int ps_rank = 0;
   // Makes each shard's row store; null keeps rows in memory.
   RowStoreFactory store_factory;
+  // Whether a shard's store keeps files named by its id (RocksDB): such a
+  // shard is kept across plans only under the same id.
+  bool stores_named_by_id = false;
   // Fault injection for tests: called with each control request's opcode
   // before it is handled (main() may end the process there).
   std::function<void(Opcode)> before_control;
@@ -75,7 +78,11 @@ class PsService {
   // master/master_checkpoint.cc), fills them with the checkpoint's rows —
   // whichever old shards hold them, however the old plan cut the tables —
   // and starts at its step.
-  Status CreateShards(const JobConfig& job, const ShardingPlan& plan, const nlohmann::json& restore = {});
+  // With `keep` (the restore point is this server's live state: a
+  // checkpoint just taken at this step boundary), a shard it holds already
+  // (same id, table, rows and columns) stays as it is, not reloaded.
+  Status CreateShards(const JobConfig& job, const ShardingPlan& plan, const nlohmann::json& restore = {},
+                      bool keep = false);
 
   // A server of the plan was lost and the backups of its shards take over
   // (`plan` differs from the running one only in who serves and who backs
@@ -144,8 +151,10 @@ class PsService {
   std::atomic<int> ps_rank_;
   const RowStoreFactory store_factory_;
   const std::function<void(Opcode)> before_control_;
-  // Drops the current shards once no request uses them (CreateShards).
-  Status ReleaseShards();
+  const bool stores_named_by_id_;
+  // Drops the current shards once no request uses them (CreateShards), but
+  // those of `keep` that are the same shard, which go to *kept.
+  Status ReleaseShards(const std::vector<ShardSpec>& keep, ShardMap* kept);
   // Fills new shards from a checkpoint's (CreateShards), several at once.
   Status Restore(const nlohmann::json& restore, const ShardMap& shards);
   Status RestoreShard(const nlohmann::json& restore, uint32_t id, EmbeddingShard* shard);

@@ -10,7 +10,7 @@ namespace tessera::testing {
 
 // A small synchronous job with optimizer state everywhere (Adagrad, row-wise
 // Adagrad, Adam), a row-split and a column-split table (re-cut when the
-// server count changes), a table-wise and a data-parallel table, and an Adam
+// server count changes), table-wise tables and a data-parallel one, and an Adam
 // dense optimizer: what a checkpoint, a resume or a change of servers must
 // carry over exactly. checkpoint.every_steps = `every` (0: on demand only).
 inline nlohmann::json StatefulSyncJob(const std::string& name, const std::string& ckpt_dir, int64_t steps,
@@ -27,6 +27,10 @@ inline nlohmann::json StatefulSyncJob(const std::string& name, const std::string
        {table("rows", 97, 6, {{"type", "adagrad"}, {"lr", 0.1}}, "row_wise"),
         table("cols", 50, 7, {{"type", "adam"}, {"lr", 0.01}}, "column_wise"),
         table("whole", 40, 4, {{"type", "rowwise_adagrad"}, {"lr", 0.1}}, "table_wise"),
+        // Small whole tables after re-cut ones: a change of the servers keeps
+        // some where they are under new shard ids.
+        table("small_a", 12, 2, {{"type", "sgd"}, {"lr", 0.1}}, "table_wise"),
+        table("small_b", 12, 2, {{"type", "adagrad"}, {"lr", 0.1}}, "table_wise"),
         table("local", 20, 3, {{"type", "sgd"}, {"lr", 0.1}}, "data_parallel")}},
       {"model", {{"num_dense_features", 3}, {"bottom_mlp", {8, 4}}, {"top_mlp", {8, 1}}}},
       {"data", {{"source", "synthetic"}, {"num_examples", 300}, {"ids_per_bag", 3}, {"zipf", 0.9}}},
