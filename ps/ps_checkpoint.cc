@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -25,6 +26,24 @@ namespace {
 // Shards snapshotted at once by one server. More threads than this gain
 // nothing once the disk, not the copy, is the bound.
 constexpr size_t kSnapshotThreads = 4;
+
+// Runs fn(i) for every i in [0, n) on up to kSnapshotThreads threads (this
+// one included); the first error in index order, or OK.
+Status ForEachShardInParallel(size_t n, const std::function<Status(size_t)>& fn) {
+  std::vector<Status> results(n);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) results[i] = fn(i);
+  };
+  const size_t threads =
+      std::min<size_t>({n, std::max<unsigned>(1, std::thread::hardware_concurrency()), kSnapshotThreads});
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (const Status& st : results) TESSERA_RETURN_IF_ERROR(st);
+  return Status::OK();
+}
 
 }  // namespace
 
@@ -51,27 +70,16 @@ StatusOr<json> PsService::Snapshot(const std::string& dir, int64_t step) {
   // Shards are written side by side: one shard's copy is bound by one core's
   // memory bandwidth and write calls, and the trainers wait for the last.
   std::vector<SnapshotStats> stats(todo.size());
-  std::vector<Status> results(todo.size());
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < todo.size(); i = next++) {
-      const auto [id, shard] = todo[i];
-      const ShardSpec& s = shard->spec();
-      json meta = {{"table", shard->table().name},   {"shard_id", id},          {"row_offset", s.row_offset},
-                   {"num_rows", s.num_rows},         {"col_offset", s.col_offset}, {"num_cols", s.num_cols},
-                   {"optimizer", shard->table().optimizer.type}, {"row_width", shard->store()->row_width()},
-                   {"step", step}};
-      results[i] = WriteSnapshot(*shard->store(), dir + "/shard" + std::to_string(id), meta, &stats[i])
-                       .WithContext("snapshot of shard " + std::to_string(id));
-    }
-  };
-  const size_t threads =
-      std::min<size_t>({todo.size(), std::max<unsigned>(1, std::thread::hardware_concurrency()), kSnapshotThreads});
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  for (const Status& st : results) TESSERA_RETURN_IF_ERROR(st);
+  TESSERA_RETURN_IF_ERROR(ForEachShardInParallel(todo.size(), [&](size_t i) {
+    const auto [id, shard] = todo[i];
+    const ShardSpec& s = shard->spec();
+    json meta = {{"table", shard->table().name},   {"shard_id", id},          {"row_offset", s.row_offset},
+                 {"num_rows", s.num_rows},         {"col_offset", s.col_offset}, {"num_cols", s.num_cols},
+                 {"optimizer", shard->table().optimizer.type}, {"row_width", shard->store()->row_width()},
+                 {"step", step}};
+    return WriteSnapshot(*shard->store(), dir + "/shard" + std::to_string(id), meta, &stats[i])
+        .WithContext("snapshot of shard " + std::to_string(id));
+  }));
   // The shards' names in dir; the master syncs dir's own name with the manifest.
   TESSERA_RETURN_IF_ERROR(SyncDirectory(dir));
   json out = json::array();
@@ -97,27 +105,15 @@ Status PsService::Restore(const json& restore, const ShardMap& shards) {
   // core's parsing and copying, and the job waits for the last.
   std::vector<std::pair<uint32_t, EmbeddingShard*>> todo;
   for (const auto& [id, shard] : shards) todo.emplace_back(id, shard.get());
-  std::vector<Status> results(todo.size());
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < todo.size(); i = next++) {
-      try {
-        results[i] = RestoreShard(restore, todo[i].first, todo[i].second);
-      } catch (const json::exception& e) {
-        // A manifest whose fields have the wrong types: on this thread, no
-        // handler above catches it.
-        results[i] = Status::DataLoss("checkpoint manifest: " + std::string(e.what()));
-      }
+  return ForEachShardInParallel(todo.size(), [&](size_t i) {
+    try {
+      return RestoreShard(restore, todo[i].first, todo[i].second);
+    } catch (const json::exception& e) {
+      // A manifest whose fields have the wrong types: on this thread, no
+      // handler above catches it.
+      return Status::DataLoss("checkpoint manifest: " + std::string(e.what()));
     }
-  };
-  const size_t threads =
-      std::min<size_t>({todo.size(), std::max<unsigned>(1, std::thread::hardware_concurrency()), kSnapshotThreads});
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  for (const Status& st : results) TESSERA_RETURN_IF_ERROR(st);
-  return Status::OK();
+  });
 }
 
 Status PsService::RestoreShard(const json& restore, uint32_t id, EmbeddingShard* shard) {

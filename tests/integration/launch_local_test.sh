@@ -228,22 +228,37 @@ a() {
   fi
 }
 
+# The pid of the launcher's child running binary $1 (its comm), or nothing.
+child_of_launcher() {
+  local pid
+  for pid in $(pgrep -P "$LPID"); do
+    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ]; then
+      echo "$pid"
+      return
+    fi
+  done
+}
+
+# Kills the launcher's child running binary $1 with SIGKILL; its pid in
+# $victim. Fails the part when there is none.
+kill_child() {
+  victim="$(child_of_launcher "$1")"
+  if [ -z "$victim" ]; then
+    fail "b: found no $1 child of the launcher"
+    return 1
+  fi
+  kill -KILL "$victim"
+}
+
 # shellcheck disable=SC2317  # called through wait_until
 recovered_twice() { [ "$(grep -c -F "[master] recovered" "$1")" -ge 2 ]; }
 
 # ---- b) --max_restarts: a killed server, then a killed trainer, replaced ----
 b() {
-  local dir="$TMP/run_b" code victim="" pid
+  local dir="$TMP/run_b" code victim=""
   start_job b 3000 --max_restarts 3
   wait_for_training b || return
-  for pid in $(pgrep -P "$LPID"); do
-    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = tessera_ps ]; then victim=$pid; break; fi
-  done
-  if [ -z "$victim" ]; then
-    fail "b: found no tessera_ps child of the launcher"
-    return
-  fi
-  kill -KILL "$victim"
+  kill_child tessera_ps || return
   if wait_until 15 log_has "$TMP/b.out" "exited with code 137; started ps2 in its place (restart 1 of 3)"; then
     pass "b: $(grep -m1 -F "started ps2 in its place" "$TMP/b.out")"
   else
@@ -257,15 +272,7 @@ b() {
     fail "b: the master log shows no '[master] recovered'"
     show "$dir/master.log" "$dir/ps2.log"
   fi
-  victim=""
-  for pid in $(pgrep -P "$LPID"); do
-    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = tessera_trainer ]; then victim=$pid; break; fi
-  done
-  if [ -z "$victim" ]; then
-    fail "b: found no tessera_trainer child of the launcher"
-    return
-  fi
-  kill -KILL "$victim"
+  kill_child tessera_trainer || return
   if wait_until 15 log_has "$TMP/b.out" "exited with code 137; started trainer"; then
     pass "b: $(grep -m1 -F "started trainer" "$TMP/b.out")"
   else
@@ -279,15 +286,7 @@ b() {
     fail "b: the master log shows no second '[master] recovered'"
     show "$dir/master.log" "$TMP/b.out"
   fi
-  victim=""
-  for pid in $(pgrep -P "$LPID"); do
-    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = tessera_master ]; then victim=$pid; break; fi
-  done
-  if [ -z "$victim" ]; then
-    fail "b: found no tessera_master child of the launcher"
-    return
-  fi
-  kill -KILL "$victim"
+  kill_child tessera_master || return
   if wait_until 15 log_has "$TMP/b.out" "started a master on"; then
     pass "b: $(grep -m1 -F "started a master on" "$TMP/b.out" | cut -c1-140)"
   else
