@@ -87,17 +87,45 @@ Status WriteManifest(const std::string& dir, const nlohmann::json& manifest, int
   return Status::OK();
 }
 
-StatusOr<nlohmann::json> FindNewestCheckpoint(const std::string& root, std::string* dir) {
+std::vector<std::string> CompleteCheckpoints(const std::string& root) {
+  std::vector<std::string> out;
   auto all = ListCheckpoints(root);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    std::ifstream in(it->second / "manifest.json");
-    if (!in) continue;  // incomplete: interrupted before its manifest
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.contains("step")) continue;
-    *dir = it->second.string();
-    return j;
+    // Without a manifest: an interrupted checkpoint, never loaded.
+    if (fs::exists(it->second / "manifest.json")) out.push_back(it->second.string());
   }
-  return Status::NotFound("no complete checkpoint under " + root);
+  return out;
+}
+
+StatusOr<nlohmann::json> ReadManifest(const std::string& dir) {
+  std::ifstream in(dir + "/manifest.json");
+  if (!in) return Status::DataLoss("checkpoint " + dir + ": cannot read its manifest.json");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::DataLoss("checkpoint " + dir + ": manifest.json is not valid JSON (truncated or damaged)");
+  }
+  if (!j.contains("step") || !j["step"].is_number_integer()) {
+    return Status::DataLoss("checkpoint " + dir + ": manifest.json has no integer step");
+  }
+  return j;
+}
+
+std::string ResolveShardPath(const std::string& dir, const std::string& path) {
+  const fs::path p(path);
+  if (p.is_relative()) return (fs::path(dir) / p).string();
+  if (fs::exists(p)) return path;
+  // An older manifest's absolute path, of a checkpoint moved since: the
+  // part below its ckpt-<step> folder, in this one.
+  fs::path below;
+  bool found = false;
+  for (const fs::path& part : p) {
+    if (found) below /= part;
+    if (part.string().rfind("ckpt-", 0) == 0) {
+      found = true;
+      below.clear();
+    }
+  }
+  return found ? (fs::path(dir) / below).string() : path;
 }
 
 Status PruneCheckpoints(const std::string& root, int keep) {

@@ -5,7 +5,8 @@
 //     trainer.params      trainer 0's dense model, dense optimizer state and
 //                         data-parallel tables (common/param_file.h)
 //     manifest.json       written last, atomically: {step, job, plan, shards:
-//                         [{shard_id, path, rows, bytes}], trainer_state}
+//                         [{shard_id, path, rows, bytes}], trainer_state};
+//                         paths relative to the checkpoint's folder
 //
 // A checkpoint is complete only when its manifest exists; one without is the
 // remains of an interrupted checkpoint and is never loaded.
@@ -13,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,9 +36,20 @@ Status WriteFileDurably(const std::string& path, const std::string& bytes);
 // the manifest's size.
 Status WriteManifest(const std::string& dir, const nlohmann::json& manifest, int64_t* bytes = nullptr);
 
-// The newest complete checkpoint under root: its manifest, and its folder in
-// *dir. NOT_FOUND when there is none.
-StatusOr<nlohmann::json> FindNewestCheckpoint(const std::string& root, std::string* dir);
+// The folders of the complete checkpoints under root (those with a
+// manifest), newest first.
+std::vector<std::string> CompleteCheckpoints(const std::string& root);
+
+// The manifest of the checkpoint in dir; DATA_LOSS, naming it, when it is
+// not a JSON object with a step (truncated, damaged).
+StatusOr<nlohmann::json> ReadManifest(const std::string& dir);
+
+// Where a shard's snapshot named `path` in the manifest of the checkpoint in
+// `dir` is: paths are relative to the checkpoint's folder, so a checkpoint
+// moved or copied elsewhere loads; an absolute path (older manifests) is
+// taken as it is when it exists, else its part below its ckpt-<step> folder
+// is looked for in `dir`.
+std::string ResolveShardPath(const std::string& dir, const std::string& path);
 
 // Deletes all but the `keep` newest complete checkpoints, and incomplete
 // ones older than the newest complete one.

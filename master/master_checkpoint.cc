@@ -191,10 +191,16 @@ Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state, st
         auto v = s.find(k);
         if (v != s.end() && v->is_number()) server[k] = server[k].get<double>() + v->get<double>();
       }
-      // The manifest keeps what the server says of the shard, less its timings.
+      // The manifest keeps what the server says of the shard, less its
+      // timings, with its path relative to the checkpoint's folder (so that
+      // the folder loads wherever it is moved).
       json entry = s;
       entry.erase("write_s");
       entry.erase("sync_s");
+      if (entry.contains("path") && entry["path"].is_string()) {
+        const auto relative = std::filesystem::path(entry["path"].get<std::string>()).lexically_relative(dir);
+        if (!relative.empty() && relative.begin()->string() != "..") entry["path"] = relative.string();
+      }
       shards.push_back(std::move(entry));
     }
     for (const char* k : {"rows", "bytes"}) server[k] = static_cast<int64_t>(server[k].get<double>());
@@ -242,13 +248,24 @@ StatusOr<Master::RestorePoint> Master::NewestRestorePoint(bool required) const {
     if (required) return Status::InvalidArgument("--resume needs checkpoint.dir in the job config");
     return RestorePoint{};
   }
-  std::string dir;
-  auto manifest = FindNewestCheckpoint(job_.checkpoint.dir, &dir);
-  if (!manifest.ok()) {
-    if (!required && manifest.status().code() == StatusCode::kNotFound) return RestorePoint{};
-    return manifest.status();
+  // The newest checkpoint that is whole; a damaged one is named, never
+  // taken for missing rows (they would be re-initialised silently).
+  Status first_damage;
+  for (const std::string& dir : CompleteCheckpoints(job_.checkpoint.dir)) {
+    auto manifest = ReadManifest(dir);
+    auto point = manifest.ok() ? ReadRestorePoint(dir, *manifest) : StatusOr<RestorePoint>(manifest.status());
+    if (point.ok()) return point;
+    if (point.status().code() != StatusCode::kDataLoss) return point.status();  // not this job's: no fallback
+    std::cout << "[master] checkpoint " << dir << " is damaged (" << point.status().message()
+              << "); trying an older one" << std::endl;
+    if (first_damage.ok()) first_damage = point.status();
   }
-  return ReadRestorePoint(dir, *manifest);
+  if (!first_damage.ok()) {
+    return Status::DataLoss("no usable checkpoint under " + job_.checkpoint.dir + ": the newest: " +
+                            first_damage.message());
+  }
+  if (!required) return RestorePoint{};
+  return Status::NotFound("no complete checkpoint under " + job_.checkpoint.dir);
 }
 
 StatusOr<Master::RestorePoint> Master::ReadRestorePoint(const std::string& dir, const json& manifest) const {
@@ -260,10 +277,12 @@ StatusOr<Master::RestorePoint> Master::ReadRestorePoint(const std::string& dir, 
 }
 
 StatusOr<Master::RestorePoint> Master::ReadRestorePointUnchecked(const std::string& dir, const json& manifest) const {
+  // A manifest that does not parse is a damaged checkpoint (DATA_LOSS: an
+  // older one may serve), not a wrong request.
   auto old_job = ParseJobConfigJson(manifest.at("job"), "");
-  if (!old_job.ok()) return old_job.status().WithContext("checkpoint " + dir);
+  if (!old_job.ok()) return Status::DataLoss("checkpoint " + dir + ": its job: " + old_job.status().message());
   auto old_plan = ShardingPlan::FromJson(manifest.at("plan"));
-  if (!old_plan.ok()) return old_plan.status().WithContext("checkpoint " + dir);
+  if (!old_plan.ok()) return Status::DataLoss("checkpoint " + dir + ": its plan: " + old_plan.status().message());
   // The tables must be the same tables; their placement may change.
   if (old_job->tables.size() != job_.tables.size()) {
     return Status::FailedPrecondition("checkpoint " + dir + " has " + std::to_string(old_job->tables.size()) +
@@ -277,17 +296,35 @@ StatusOr<Master::RestorePoint> Master::ReadRestorePointUnchecked(const std::stri
                                         " (name, rows, dim and optimizer must match)");
     }
   }
+  // Every shard of the plan once, each on disk: a missing one would leave
+  // its rows at their initial values without a word.
   json restore = json::array();
+  std::vector<bool> seen(old_plan->shards.size(), false);
   for (const json& s : manifest.at("shards")) {
     const uint32_t id = s.at("shard_id").get<uint32_t>();
-    if (id >= old_plan->shards.size()) return Status::DataLoss("checkpoint " + dir + ": unknown shard in manifest");
+    if (id >= old_plan->shards.size() || seen[id]) {
+      return Status::DataLoss("checkpoint " + dir + ": shard " + std::to_string(id) +
+                              " is unknown to its plan or listed twice");
+    }
+    seen[id] = true;
     const ShardSpec& spec = old_plan->shards[id];
+    const std::string path = ResolveShardPath(dir, s.at("path").get<std::string>());
+    if (!std::filesystem::is_directory(path)) {
+      return Status::DataLoss("checkpoint " + dir + ": the snapshot of shard " + std::to_string(id) + " (" + path +
+                              ") is missing");
+    }
     restore.push_back({{"table", job_.tables[spec.table].name},
                        {"row_offset", spec.row_offset},
                        {"num_rows", spec.num_rows},
                        {"col_offset", spec.col_offset},
                        {"num_cols", spec.num_cols},
-                       {"path", s.at("path")}});
+                       {"path", path}});
+  }
+  for (size_t id = 0; id < seen.size(); ++id) {
+    if (!seen[id]) {
+      return Status::DataLoss("checkpoint " + dir + ": its manifest lacks shard " + std::to_string(id) + " of table " +
+                              job_.tables[old_plan->shards[id].table].name);
+    }
   }
   std::ifstream in(dir + "/" + manifest.value("trainer_state", std::string("trainer.params")), std::ios::binary);
   if (!in) return Status::DataLoss("checkpoint " + dir + " has no trainer state");

@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "common/job_config.h"
@@ -91,6 +92,51 @@ TEST(CheckpointTest, MasterKilledMidCheckpointLeavesThePreviousOneLoadable) {
   ASSERT_EQ(RunJob(second, Config(root, 10, 0), 2, {"--resume"}), 0) << second.Log("master") << second.Log("ps0");
   EXPECT_NE(second.Log("master").find("at step 3"), std::string::npos) << second.Log("master");
   EXPECT_EQ(second.Metrics(0).front()["step"], 3);
+  std::filesystem::remove_all(root);
+}
+
+// Damaged and moved checkpoints (issue 13): a clear error, or a load that
+// is right, never rows silently re-initialised.
+TEST(CheckpointTest, MovedFolderLoadsDamagedNewestIsNamedAndAMissingShardIsAnError) {
+  const std::string root = std::filesystem::temp_directory_path() / ("tessera_damaged_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  testing::LocalCluster first("damaged_first");
+  ASSERT_EQ(RunJob(first, Config(root + "/a", 8, 3), 2, {}), 0) << first.Log("master");
+  // Moved: the whole folder elsewhere (manifests name their files relative
+  // to their own folder).
+  std::filesystem::rename(root + "/a", root + "/b");
+  const std::string newest = root + "/b/ckpt-000000000006";
+  ASSERT_TRUE(std::filesystem::exists(newest + "/manifest.json"));
+  {
+    std::ifstream in(newest + "/manifest.json");
+    const json manifest = json::parse(in);
+    for (const json& s : manifest["shards"]) EXPECT_EQ(s["path"].get<std::string>().rfind('/', 0), std::string::npos);
+  }
+  testing::LocalCluster moved("damaged_moved");
+  ASSERT_EQ(RunJob(moved, Config(root + "/b", 10, 0), 2, {"--resume"}), 0) << moved.Log("master") << moved.Log("ps0");
+  EXPECT_NE(moved.Log("master").find("at step 6"), std::string::npos) << moved.Log("master");
+
+  // The newest manifest truncated: the one before is used, and the log says
+  // which checkpoint was passed over.
+  std::filesystem::resize_file(newest + "/manifest.json", 100);
+  testing::LocalCluster truncated("damaged_truncated");
+  ASSERT_EQ(RunJob(truncated, Config(root + "/b", 10, 0), 2, {"--resume"}), 0) << truncated.Log("master");
+  const std::string log = truncated.Log("master");
+  EXPECT_NE(log.find("checkpoint " + newest + " is damaged"), std::string::npos) << log;
+  EXPECT_NE(log.find("at step 3"), std::string::npos) << log;
+
+  // Every remaining checkpoint lacks a shard: an error that names it.
+  for (const std::string& dir : {root + "/b/ckpt-000000000003"}) {
+    std::ifstream in(dir + "/manifest.json");
+    json manifest = json::parse(in);
+    in.close();
+    manifest["shards"].erase(manifest["shards"].begin());
+    std::ofstream(dir + "/manifest.json") << manifest.dump();
+  }
+  testing::LocalCluster lacking("damaged_lacking");
+  EXPECT_EQ(RunJob(lacking, Config(root + "/b", 10, 0), 2, {"--resume"}), 1);
+  EXPECT_NE(lacking.Log("master").find("its manifest lacks shard"), std::string::npos) << lacking.Log("master");
+  EXPECT_NE(lacking.Log("master").find("no usable checkpoint"), std::string::npos) << lacking.Log("master");
   std::filesystem::remove_all(root);
 }
 
