@@ -104,7 +104,10 @@ json TrainerProgress::ToJson() const {
 
 json HeartbeatRequest::ToJson() const {
   json j = {{"role", role}, {"rank", rank}, {"master_id", master_id}};
-  if (role == "trainer") j["incarnation"] = incarnation;
+  if (role == "trainer") {
+    j["incarnation"] = incarnation;
+    if (steps_done >= 0) j["steps_done"] = steps_done;
+  }
   if (progress) j["progress"] = progress->ToJson();
   if (!stats.is_null()) j["stats"] = stats;
   return j;
@@ -113,12 +116,13 @@ json HeartbeatRequest::ToJson() const {
 StatusOr<HeartbeatRequest> HeartbeatRequest::Parse(const json& j) {
   JsonFields f(j, "HEARTBEAT");
   HeartbeatRequest r;
-  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"role", "rank", "incarnation", "master_id", "progress", "stats"}));
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"role", "rank", "incarnation", "master_id", "steps_done", "progress", "stats"}));
   TESSERA_RETURN_IF_ERROR(Role(f, &r.role));
   TESSERA_RETURN_IF_ERROR(Rank(f, "rank", &r.rank));
   TESSERA_RETURN_IF_ERROR(f.Int("master_id", &r.master_id, false, 0, kMaxI64));
   if (r.role == "trainer") {
     TESSERA_RETURN_IF_ERROR(f.Int("incarnation", &r.incarnation, true, 1, kMaxI64));
+    TESSERA_RETURN_IF_ERROR(f.Int("steps_done", &r.steps_done, false, 0, kMaxI64));
     const json* p = nullptr;
     TESSERA_RETURN_IF_ERROR(f.Object("progress", false, &p));
     if (p != nullptr) {

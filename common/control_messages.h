@@ -67,6 +67,7 @@ struct HeartbeatRequest {
   int rank = 0;      // a server's member id; a trainer's rank
   int64_t incarnation = 0;
   int64_t master_id = 0;  // the master it registered with
+  int64_t steps_done = -1;  // a trainer's steps finished in its generation; -1: none yet
   std::optional<TrainerProgress> progress;
   nlohmann::json stats;  // a server's counters (free form, for the summary)
 

@@ -373,7 +373,7 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
     TESSERA_RETURN_IF_ERROR(rf.OnlyKeys(
         {"heartbeat_ms", "peer_timeout_ms", "connection_loss_ms", "rpc_timeout_ms", "context_ttl_ms", "collective_timeout_ms",
          "recover_lost_servers", "replacement_wait_ms", "max_recoveries",
-         "recover_lost_trainers", "trainer_replacement_wait_ms", "master_reconnect_ms"}));
+         "recover_lost_trainers", "trainer_replacement_wait_ms", "master_reconnect_ms", "stall_timeout_ms"}));
     TESSERA_RETURN_IF_ERROR(rf.Int("heartbeat_ms", &c.runtime.heartbeat_ms, false, 10, 600000));
     TESSERA_RETURN_IF_ERROR(rf.Int("peer_timeout_ms", &c.runtime.peer_timeout_ms, false, 100, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Int("connection_loss_ms", &c.runtime.connection_loss_ms, false, 0, 86400000));
@@ -386,6 +386,7 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
     TESSERA_RETURN_IF_ERROR(
         rf.Int("trainer_replacement_wait_ms", &c.runtime.trainer_replacement_wait_ms, false, 0, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Int("master_reconnect_ms", &c.runtime.master_reconnect_ms, false, 0, 86400000));
+    TESSERA_RETURN_IF_ERROR(rf.Int("stall_timeout_ms", &c.runtime.stall_timeout_ms, false, 0, 7LL * 86400000));
     int64_t max_recoveries = c.runtime.max_recoveries;
     TESSERA_RETURN_IF_ERROR(rf.Int("max_recoveries", &max_recoveries, false, 0, 1000000));
     c.runtime.max_recoveries = static_cast<int>(max_recoveries);
@@ -520,7 +521,8 @@ json JobConfig::ToJson() const {
         {"connection_loss_ms", runtime.connection_loss_ms},
         {"recover_lost_trainers", runtime.recover_lost_trainers},
         {"trainer_replacement_wait_ms", runtime.trainer_replacement_wait_ms},
-        {"master_reconnect_ms", runtime.master_reconnect_ms}}},
+        {"master_reconnect_ms", runtime.master_reconnect_ms},
+        {"stall_timeout_ms", runtime.stall_timeout_ms}}},
   };
 }
 

@@ -174,6 +174,10 @@ struct RuntimeConfig {
   // with before they give up: a restarted master (tessera_master --recover)
   // within this time takes the job back and they re-register with it.
   int64_t master_reconnect_ms = 60000;
+  // A trainer that heartbeats but finishes no step for this long (blocked
+  // on its input, a deadlock) ends the job with an error naming it; 0: never.
+  // Checkpoints and recoveries do not count as stalls.
+  int64_t stall_timeout_ms = 1800000;
 };
 
 // Consistent checkpoints at step boundaries (docs/operations.md).

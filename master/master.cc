@@ -197,6 +197,25 @@ Status Master::FindDeadMember(Clock::time_point now, int* ps, int* trainer) {
   return Status::Unavailable(who + " sent no heartbeat for " + silent(oldest) + " s: it died or hangs");
 }
 
+Status Master::FindStalledTrainer(Clock::time_point now) const {
+  if (job_.runtime.stall_timeout_ms <= 0) return Status::OK();
+  // One stuck trainer stalls the others (they wait for it in the
+  // allreduce): all are named, with the steps each finished.
+  std::string who;
+  double longest = 0;
+  for (size_t i = 0; i < trainers_.size(); ++i) {
+    const auto& t = trainers_[i];
+    if (!t || t->done || now - t->stepped_at < milliseconds(job_.runtime.stall_timeout_ms)) continue;
+    longest = std::max(longest, std::chrono::duration<double>(now - t->stepped_at).count());
+    who += (who.empty() ? "" : ", ") + std::string("trainer ") + std::to_string(i) + " (host " + t->host + ", pid " +
+           std::to_string(t->pid) + ", " + std::to_string(std::max<int64_t>(t->steps_done, 0)) + " steps done)";
+  }
+  if (who.empty()) return Status::OK();
+  return Status::DeadlineExceeded(who + " heartbeat but finished no step for " +
+                                  std::to_string(static_cast<int64_t>(longest)) +
+                                  " s (runtime.stall_timeout_ms): stuck (an input that blocks? a deadlock?)");
+}
+
 void Master::PrintProgress() {
   const int world = job_.cluster.num_trainers;
   while (!progress_.empty() && progress_.begin()->second.reported >= world) {
@@ -235,6 +254,7 @@ Status Master::MonitorUntilDone() {
       }
     } else {
       TESSERA_RETURN_IF_ERROR(dead);
+      if (state_ == State::kRunning) TESSERA_RETURN_IF_ERROR(FindStalledTrainer(now));
       bool all_done = true;
       for (const auto& t : trainers_) all_done = all_done && t && t->done;
       if (all_done) return Status::OK();

@@ -128,6 +128,10 @@ class Master {
     // replaced trainer that wakes (SIGSTOP) is refused, not taken for it.
     int64_t incarnation = 0;
     Clock::time_point last_seen;
+    // Its steps_done as last heard, and when that last changed (a stall:
+    // alive, but no step).
+    int64_t steps_done = -1;
+    Clock::time_point stepped_at;
     bool done = false;
     nlohmann::json report;
   };
@@ -228,6 +232,9 @@ class Master {
   // REQUIRES: mu_ held.
   Status CheckTrainer(const TrainerId& trainer) const;
   std::string DescribeServer(int member) const;  // REQUIRES: mu_ held
+  // A running trainer that finished no step for runtime.stall_timeout_ms,
+  // as an error naming it; OK when none. REQUIRES: mu_ held.
+  Status FindStalledTrainer(Clock::time_point now) const;
   void PrintProgress();  // REQUIRES: mu_ held
   void AbortJob(const Status& reason);
   StatusOr<JobSummary> FinishJob();

@@ -172,7 +172,7 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
     const auto now = Clock::now();
     for (auto& [id, p] : ps_) p.last_seen = now;
     for (auto& t : trainers_) {
-      if (t) t->last_seen = now;
+      if (t) t->last_seen = t->stepped_at = now;
     }
     generations_.push_back({{"generation", generation},
                             {"servers", members.size()},

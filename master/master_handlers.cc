@@ -123,6 +123,7 @@ void Master::HandleRegister(const RegisterRequest& req, Responder& r) {
     m.pid = req.pid;
     m.last_seen = Clock::now();
     m.incarnation = next_incarnation_++;
+    m.stepped_at = m.last_seen;
     LOG(INFO) << "trainer " << rank << " registered (host " << m.host << ", pid " << m.pid << ")"
               << (state_ == State::kWaiting ? "" : " in place of the lost one");
     reply.incarnation = m.incarnation;
@@ -161,7 +162,12 @@ void Master::HandleHeartbeat(const HeartbeatRequest& req, Responder& r) {
       r.ReplyError(member);
       return;
     }
-    trainers_[req.rank]->last_seen = now;
+    TrainerMember& t = *trainers_[req.rank];
+    t.last_seen = now;
+    if (req.steps_done != t.steps_done) {
+      t.steps_done = req.steps_done;
+      t.stepped_at = now;
+    }
     // A step of a generation that is over is never completed: not counted.
     if (req.progress && req.progress->generation == generation_) {
       Progress& pr = progress_[req.progress->step];
@@ -280,7 +286,9 @@ void Master::HandleCheckpointBarrier(Message&& m, Responder r) {
       return;
     }
     if (m.frames.size() == 2) barrier_state_ = m.frames[1].to_string();
+    // Waiting at a boundary is not a stall.
     trainers_[req->trainer.rank]->last_seen = Clock::now();
+    trainers_[req->trainer.rank]->stepped_at = Clock::now();
     barrier_.Arrive(req->trainer.rank, req->step, std::move(r));
   }
   cv_.notify_all();

@@ -177,6 +177,7 @@ void Trainer::HeartbeatLoop() {
     beat.rank = options_.rank;
     beat.incarnation = incarnation_.load();
     beat.master_id = master_id_.load();
+    beat.steps_done = steps_done_.load();
     beat.progress = pending_progress_;
     pending_progress_.reset();
     lock.unlock();
@@ -372,6 +373,14 @@ Status Trainer::Train(const GenerationStart& start, json* report) {
   lo.append_metrics = generation > 1;
   lo.generation = generation;
   lo.stop = &stop_training_;
+  lo.steps_done = &steps_done_;
+  if (options_.test_stall_at_step >= 0) {
+    lo.before_step = [this](int64_t step) {
+      if (step != options_.test_stall_at_step) return;
+      LOG(ERROR) << "trainer " << options_.rank << ": --test_stall_at_step " << step << ": stuck here";
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    };
+  }
   lo.start_step = start_step;
   lo.checkpoint_every = job.checkpoint.dir.empty() ? 0 : job.checkpoint.every_steps;
   if (!job.checkpoint.dir.empty()) lo.checkpoint_requested = &checkpoint_requested_;

@@ -47,6 +47,9 @@ struct TrainerOptions {
   // returns that status as soon as its thread is free; main() may end the
   // process here instead, should that thread be stuck with a dead peer.
   std::function<void(const Status&)> on_fatal;
+  // Fault injection for tests: the training thread stops at this step and
+  // stays there (heartbeats go on): a stuck trainer. -1: never.
+  int64_t test_stall_at_step = -1;
 };
 
 class Trainer {
@@ -126,6 +129,7 @@ class Trainer {
   bool stop_heartbeat_ = false;          // GUARDED_BY(mu_)
   std::optional<TrainerProgress> pending_progress_;  // GUARDED_BY(mu_)
   std::atomic<bool> stop_training_{false};
+  std::atomic<int64_t> steps_done_{0};  // steps finished, all generations; sent in heartbeats
   // The master's generation (from heartbeats and barriers) and the one this
   // trainer runs; when the first passes the second, the step is dropped.
   std::atomic<int64_t> master_generation_{0}, running_generation_{0};

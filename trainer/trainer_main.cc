@@ -18,6 +18,7 @@ DEFINE_string(host, "127.0.0.1", "Address of this trainer for the collective (it
 DEFINE_int32(blas_threads, 1, "BLAS threads for the dense layers");
 DEFINE_string(device, "cpu", "cpu, auto (a GPU if usable, else the CPU) or cuda:N");
 DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
+DEFINE_int64(test_stall_at_step, -1, "Fault injection for tests: stop training at this step, heartbeats going on");
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("tessera_trainer --master tcp://HOST:PORT --rank R --world W [--metrics_file F]");
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   options.blas_threads = FLAGS_blas_threads;
   options.device = *device;
   options.register_timeout_ms = FLAGS_register_timeout_ms;
+  options.test_stall_at_step = FLAGS_test_stall_at_step;
   // The job is over for this trainer: Run() returns once its thread is free;
   // should that thread be stuck with a dead peer (a collective has no way to
   // be interrupted), the process ends anyway after a grace period.

@@ -128,6 +128,7 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
   bool agreed_checkpoint = false;  // decided by all trainers together at the previous step
   for (int64_t step = options_.start_step; step < total; ++step) {
     if (options_.stop != nullptr && options_.stop->load()) return Status::Cancelled("training stopped");
+    if (options_.before_step) options_.before_step(step);
     if (options_.barrier) {
       const bool periodic = options_.checkpoint_every > 0 && step > options_.start_step &&
                             step % options_.checkpoint_every == 0;
@@ -228,6 +229,7 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
       window_start = now;
     }
     result.steps = step + 1;
+    if (options_.steps_done != nullptr) ++*options_.steps_done;
     if (prefetch) std::swap(batch, next_batch);
   }
   const auto end = Clock::now();

@@ -42,6 +42,10 @@ struct TrainingLoopOptions {
   std::function<void(const nlohmann::json&)> on_progress;
   // Set by another thread to stop between steps.
   const std::atomic<bool>* stop = nullptr;
+  // Counts every step finished (for the master's stall watchdog).
+  std::atomic<int64_t>* steps_done = nullptr;
+  // Called before each step; fault injection for tests (a stuck trainer).
+  std::function<void(int64_t step)> before_step;
 
   // The first step (a resumed job starts where its checkpoint was taken).
   int64_t start_step = 0;

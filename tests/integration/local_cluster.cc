@@ -94,11 +94,13 @@ Status LocalCluster::RestartMaster(const std::string& name, const std::vector<st
   return Spawn(name, TESSERA_MASTER_BIN, args);
 }
 
-Status LocalCluster::StartTrainer(int rank, int world, const std::string& name) {
+Status LocalCluster::StartTrainer(int rank, int world, const std::string& name,
+                                  const std::vector<std::string>& extra_args) {
   const std::string trainer = "trainer" + std::to_string(rank);
-  return Spawn(name.empty() ? trainer : name, TESSERA_TRAINER_BIN,
-               {"--master", master_, "--rank", std::to_string(rank), "--world", std::to_string(world),
-                "--metrics_file", dir_ + "/" + trainer + ".jsonl"});
+  std::vector<std::string> args = {"--master", master_, "--rank", std::to_string(rank), "--world",
+                                   std::to_string(world), "--metrics_file", dir_ + "/" + trainer + ".jsonl"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  return Spawn(name.empty() ? trainer : name, TESSERA_TRAINER_BIN, args);
 }
 
 Status LocalCluster::StartJob(const nlohmann::json& config, int num_ps, int num_trainers,

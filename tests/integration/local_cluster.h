@@ -34,7 +34,8 @@ class LocalCluster {
   Status StartPs(int index, const std::vector<std::string>& extra_args = {});
   // `name` names the process and its log (default "trainer<rank>"; another
   // for a replacement); the metrics always go to trainer<rank>.jsonl.
-  Status StartTrainer(int rank, int world, const std::string& name = "");
+  Status StartTrainer(int rank, int world, const std::string& name = "",
+                      const std::vector<std::string>& extra_args = {});
   // The whole job: master, num_ps servers, num_trainers trainers.
   Status StartJob(const nlohmann::json& config, int num_ps, int num_trainers,
                   const std::vector<std::string>& master_args = {}, const std::vector<std::string>& ps_args = {});

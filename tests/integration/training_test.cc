@@ -109,6 +109,29 @@ TEST_P(KilledTrainerTest, EndsTheJobWithAClearError) {
 INSTANTIATE_TEST_SUITE_P(Recovery, KilledTrainerTest, ::testing::Values("not_recovered", "no_replacement"),
                          [](const auto& info) { return info.param; });
 
+TEST(TrainingTest, StuckTrainerThatHeartbeatsEndsTheJobNamingIt) {
+  testing::LocalCluster cluster("stuck_trainer");
+  json job = SyntheticJob(1000000, 1, 2);
+  job["runtime"]["stall_timeout_ms"] = 2000;
+  job["cluster"] = {{"num_ps", 1}, {"num_trainers", 2}};
+  ASSERT_TRUE(cluster.StartMaster(job).ok());
+  ASSERT_TRUE(cluster.StartPs(0).ok());
+  ASSERT_TRUE(cluster.StartTrainer(0, 2).ok());
+  ASSERT_TRUE(cluster.StartTrainer(1, 2, "trainer1", {"--test_stall_at_step", "30"}).ok());
+  const int code = cluster.Wait("master", milliseconds(60000));
+  ASSERT_NE(code, -1) << "the master does not notice a stuck trainer:\n" << cluster.Log("master");
+  EXPECT_EQ(code, 1);
+  const std::string log = cluster.Log("master");
+  EXPECT_NE(log.find("JOB FAILED: DEADLINE_EXCEEDED: "), std::string::npos) << log;
+  EXPECT_NE(log.find("trainer 1 (host"), std::string::npos) << log;
+  EXPECT_NE(log.find("30 steps done"), std::string::npos) << log;
+  EXPECT_NE(log.find("finished no step for"), std::string::npos) << log;
+  // Heartbeating, it learns the job ended; stuck, it is ended after a grace.
+  EXPECT_NE(cluster.Wait("trainer1", milliseconds(20000)), -1) << cluster.Log("trainer1");
+  EXPECT_NE(cluster.Wait("trainer0", milliseconds(20000)), -1) << cluster.Log("trainer0");
+  EXPECT_NE(cluster.Wait("ps0", milliseconds(20000)), -1) << cluster.Log("ps0");
+}
+
 TEST(TrainingTest, BadConfigFailsAtOnceWithTheReason) {
   testing::LocalCluster cluster("bad_config");
   json config = SyntheticJob(10, 1, 1);
