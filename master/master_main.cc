@@ -127,7 +127,11 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "bad job config: " << data;
     return 1;
   }
-  if (!note.empty()) std::cout << "[master] NOTE: " << note << std::endl;
+  if (!note.empty()) {
+    // The job trains on other data than its config names: never quietly.
+    LOG(WARNING) << note;
+    std::cout << "[master] WARNING: " << note << std::endl;
+  }
   if (FLAGS_num_ps > 0) job->cluster.num_ps = FLAGS_num_ps;
   if (FLAGS_num_trainers > 0) job->cluster.num_trainers = FLAGS_num_trainers;
 
