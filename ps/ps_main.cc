@@ -20,7 +20,9 @@ DEFINE_string(bind, "tcp://127.0.0.1:0", "Where to listen (port 0: any free port
 DEFINE_string(advertise_host, "", "Host name trainers reach this server by (default: the bind host)");
 DEFINE_int32(threads, 2, "Threads serving lookups and pushes");
 DEFINE_string(host_group, "", "Host group for table_row_wise placement (default: this machine's host name)");
-DEFINE_int64(memory_bytes, 0, "Bytes of embedding rows this server may hold, for the planner (0: no limit)");
+DEFINE_int64(memory_bytes, -1,
+             "Bytes of embedding rows this server may hold, for the planner (0: no limit; default: 80% of this "
+             "machine's memory, or no limit with --rocksdb_path)");
 DEFINE_string(rocksdb_path, "", "Keep rows that do not fit in --host_bytes in RocksDB under this folder");
 DEFINE_int64(host_bytes, int64_t{1} << 30, "With --rocksdb_path: host memory for rows (split among shards by size)");
 DEFINE_string(device, "cpu", "cpu, auto (a GPU if usable, else the CPU) or cuda:N");
@@ -69,9 +71,10 @@ int main(int argc, char** argv) {
   options.threads = FLAGS_threads;
   options.register_timeout_ms = FLAGS_register_timeout_ms;
   options.host_group = FLAGS_host_group;
-  options.memory_bytes = FLAGS_memory_bytes;
   options.storage.rocksdb_path = FLAGS_rocksdb_path;
   options.storage.host_bytes = FLAGS_host_bytes;
+  // After the storage options: a server over RocksDB has no default limit.
+  options.memory_bytes = FLAGS_memory_bytes >= 0 ? FLAGS_memory_bytes : tessera::DefaultMemoryBudget(options.storage);
   if (!FLAGS_test_crash_on.empty()) {
     const size_t colon = FLAGS_test_crash_on.find(':');
     const std::string name = FLAGS_test_crash_on.substr(0, colon);

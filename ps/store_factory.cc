@@ -1,9 +1,10 @@
 #include "ps/store_factory.h"
 
-#include <glog/logging.h>
-
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+
+#include <glog/logging.h>
 
 #include "common/sharding_plan.h"
 #include "kernels/cuda/device_cuda.h"
@@ -92,6 +93,17 @@ RowStoreFactory MakeRowStoreFactory(const ShardStorageOptions& options) {
               << " rows on " << tier->table().where() << (tier->dense_index() ? " (whole shard)" : "");
     return std::unique_ptr<RowStore>(std::move(tier));
   };
+}
+
+int64_t DefaultMemoryBudget(const ShardStorageOptions& storage) {
+  if (!storage.rocksdb_path.empty()) return 0;
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemTotal:") return kib * 1024 / 10 * 8;
+  }
+  return 0;
 }
 
 }  // namespace tessera

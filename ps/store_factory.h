@@ -51,4 +51,11 @@ Status ConfigureGpuTier(const std::string& device_spec, int device, int64_t gpu_
 // set: ps/tiered_row_store.h), under a GPU tier when one is asked for.
 RowStoreFactory MakeRowStoreFactory(const ShardStorageOptions& options);
 
+// The bytes of rows a server holds by default, for the planner, when
+// --memory_bytes is not given: with RocksDB under the rows, no limit (they
+// spill to disk); in memory, 80% of this machine's memory (MemTotal), so
+// that a plan that cannot fit is refused at the start, saying by how much,
+// instead of a server running out of memory later. 0 when it cannot tell.
+int64_t DefaultMemoryBudget(const ShardStorageOptions& storage);
+
 }  // namespace tessera

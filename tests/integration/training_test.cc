@@ -132,6 +132,22 @@ TEST(TrainingTest, StuckTrainerThatHeartbeatsEndsTheJobNamingIt) {
   EXPECT_NE(cluster.Wait("ps0", milliseconds(20000)), -1) << cluster.Log("ps0");
 }
 
+// A table far larger than the servers' memory is refused at the start,
+// saying what it needs and what is free (issue 13: one such job grew a
+// process to 10 GB before), unless the servers keep rows in RocksDB.
+TEST(TrainingTest, TableThatCannotFitInTheServersMemoryIsRefusedAtTheStart) {
+  testing::LocalCluster cluster("too_large");
+  json job = SyntheticJob(100, 1, 1);
+  job["tables"][0]["num_embeddings"] = int64_t{1} << 40;
+  ASSERT_TRUE(cluster.StartJob(job, 1, 1).ok());
+  EXPECT_EQ(cluster.Wait("master", milliseconds(60000)), 1) << cluster.Log("master");
+  const std::string log = cluster.Log("master");
+  EXPECT_NE(log.find("RESOURCE_EXHAUSTED: table users does not fit"), std::string::npos) << log;
+  EXPECT_NE(log.find("free capacity: ps0"), std::string::npos) << log;
+  EXPECT_NE(cluster.Wait("ps0", milliseconds(20000)), -1) << cluster.Log("ps0");
+  EXPECT_NE(cluster.Wait("trainer0", milliseconds(20000)), -1) << cluster.Log("trainer0");
+}
+
 TEST(TrainingTest, BadConfigFailsAtOnceWithTheReason) {
   testing::LocalCluster cluster("bad_config");
   json config = SyntheticJob(10, 1, 1);
