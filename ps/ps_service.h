@@ -165,6 +165,9 @@ class PsService {
   std::optional<JobConfig> job_;                                          // GUARDED_BY(mu_)
   uint32_t plan_version_ = 0;                                             // GUARDED_BY(mu_)
   std::set<uint32_t> backups_;  // GUARDED_BY(mu_): shards held as another server's backup
+  // Backward contexts one trainer may hold open at once (lookups whose push
+  // has not come); more are refused.
+  static constexpr size_t kMaxContextsPerTrainer = 64;
   std::map<std::pair<uint32_t, uint64_t>, Context> contexts_;             // GUARDED_BY(mu_)
   std::chrono::steady_clock::time_point last_expiry_;                     // GUARDED_BY(mu_)
   bool shutdown_ = false;                                                 // GUARDED_BY(mu_)

@@ -212,6 +212,34 @@ TEST_F(PsServiceTest, BackupLookupOpensTheContextAndPromoteKeepsTheState) {
   EXPECT_EQ(Call(Push(0, 0, 2, 4, std::vector<float>(8, 1.0f))).status().code(), StatusCode::kAlreadyApplied);
 }
 
+// A client that looks up without ever pushing cannot fill the server's
+// memory with backward contexts: past the limit its lookups are refused,
+// the others' are not, and a push frees its context again.
+TEST_F(PsServiceTest, OpenContextsPerTrainerAreBounded) {
+  Start("async", 2);
+  // Steps going down: none is far behind the newest, so none is dropped.
+  uint64_t step = 1000;
+  for (;; --step) {
+    auto r = Call(Lookup(0, step, {{1}}));
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status();
+      break;
+    }
+    ASSERT_GT(step, 900u) << "no limit on open contexts";
+  }
+  EXPECT_EQ(step, 1000u - 64);
+  EXPECT_TRUE(Call(Lookup(1, 0, {{1}})).ok());       // another trainer is not affected
+  EXPECT_TRUE(Call(Lookup(0, 1000, {{1}})).ok());    // a retried lookup of an open step is
+  ASSERT_TRUE(Call(Push(0, 1000, 1, 4, {1, 1, 1, 1})).ok());
+  EXPECT_TRUE(Call(Lookup(0, step, {{1}})).ok());    // the push closed one
+  // Steps going up: those far behind are dropped, so a trainer that moves on
+  // is never refused, and what it holds stays bounded.
+  for (uint64_t s = 2000; s < 2200; ++s) {
+    auto r = Call(Lookup(0, s, {{1}}));
+    ASSERT_TRUE(r.ok()) << s << ": " << r.status();
+  }
+}
+
 TEST_F(PsServiceTest, ValidationErrorsChangeNothingAndServerKeepsServing) {
   Start("async", 1);
   // Truncated frame: ids cut mid-element.
