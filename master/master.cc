@@ -158,17 +158,14 @@ Status Master::FindDeadMember(Clock::time_point now, int* ps, int* trainer) {
   }
   // A server of the generation whose connection closed and stayed closed
   // crashed: no need to wait for its silence.
-  if (job_.runtime.connection_loss_ms > 0) {
-    for (int id : generation_ps_) {
-      auto peer = ps_peers_.find(id);
-      if (peer == ps_peers_.end() || ps_.count(id) == 0) continue;
-      const auto down = client_->DisconnectedSince(peer->second);
-      if (down && now - *down >= milliseconds(job_.runtime.connection_loss_ms)) {
-        *ps = id;
-        if (trainer != nullptr) *trainer = -1;
-        return Status::Unavailable(DescribeServer(id) + " closed its connection " + silent(*down) +
-                                   " s ago and did not reconnect: it died");
-      }
+  for (int id : generation_ps_) {
+    auto peer = ps_peers_.find(id);
+    if (peer == ps_peers_.end() || ps_.count(id) == 0) continue;
+    if (auto down = ConnectionLostSince(peer->second, now)) {
+      *ps = id;
+      if (trainer != nullptr) *trainer = -1;
+      return Status::Unavailable(DescribeServer(id) + " closed its connection " + silent(*down) +
+                                 " s ago and did not reconnect: it died");
     }
   }
   // When several are silent, the one silent longest went first; the others
@@ -309,6 +306,13 @@ json Master::CallServer(int member, Opcode op, const json& body, milliseconds ti
   return j.ok() ? *j : json();
 }
 
+std::optional<Master::Clock::time_point> Master::ConnectionLostSince(int peer, Clock::time_point now) const {
+  if (job_.runtime.connection_loss_ms <= 0) return std::nullopt;
+  const auto down = client_->DisconnectedSince(peer);
+  if (!down || now - *down < milliseconds(job_.runtime.connection_loss_ms)) return std::nullopt;
+  return down;
+}
+
 Master::ServerCalls Master::StartServerCalls(const std::vector<int>& members, Opcode op, const std::vector<json>& bodies,
                                              milliseconds timeout) {
   ServerCalls calls;
@@ -356,9 +360,7 @@ std::vector<Master::ServerReply> Master::AwaitServerCalls(const ServerCalls& cal
       for (size_t i = 0; i < n; ++i) {
         if (!pending[i] || cancelled[i]) continue;
         auto it = ps_.find(calls.members[i]);
-        const auto down = client_->DisconnectedSince(calls.peers[i]);
-        const bool crashed = job_.runtime.connection_loss_ms > 0 && down &&
-                             Clock::now() - *down >= milliseconds(job_.runtime.connection_loss_ms);
+        const bool crashed = ConnectionLostSince(calls.peers[i], Clock::now()).has_value();
         if (it == ps_.end() || crashed ||
             Clock::now() - it->second.last_seen > milliseconds(job_.runtime.peer_timeout_ms)) {
           cancelled[i] = true;

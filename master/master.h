@@ -264,6 +264,9 @@ class Master {
     StatusOr<nlohmann::json> body = Status::Internal("no reply");
     double seconds = 0;
   };
+  // When the connection to RpcClient peer `peer` (a server) closed, if it
+  // has stayed closed runtime.connection_loss_ms: the server crashed.
+  std::optional<Clock::time_point> ConnectionLostSince(int peer, Clock::time_point now) const;
   ServerCalls StartServerCalls(const std::vector<int>& members, Opcode op, const std::vector<nlohmann::json>& bodies,
                                std::chrono::milliseconds timeout);
   std::vector<ServerReply> AwaitServerCalls(const ServerCalls& calls);

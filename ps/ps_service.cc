@@ -264,27 +264,6 @@ void PsService::HandleLookup(Message&& m, Responder r) {
 }
 
 void PsService::ServeLookup(LookupRequest&& req, Responder r) {
-  if (!(req.meta.flags & kLookupNoContext)) {
-    // A trainer has a step or two open (prefetch); many more are a client
-    // that never pushes, or a forger filling this server's memory.
-    std::lock_guard<std::mutex> lock(mu_);
-    // A context far behind the trainer's newest step will never see its
-    // push (a trainer pushes a step before it looks up two ahead): dropped.
-    auto first = contexts_.lower_bound({req.meta.trainer, 0});
-    while (first != contexts_.end() && first->first.first == req.meta.trainer &&
-           first->first.second + kMaxContextsPerTrainer / 2 < req.meta.step) {
-      first = contexts_.erase(first);
-    }
-    const auto last = contexts_.lower_bound({req.meta.trainer + 1, 0});
-    const auto open = static_cast<size_t>(std::distance(first, last));
-    if (open >= kMaxContextsPerTrainer && contexts_.count({req.meta.trainer, req.meta.step}) == 0) {
-      ++errors_;
-      r.ReplyError(Status::ResourceExhausted("trainer " + std::to_string(req.meta.trainer) + " has " +
-                                             std::to_string(open) + " lookups without their push open on this "
-                                             "server, the most it may have; nothing looked up"));
-      return;
-    }
-  }
   auto shards = Shards();
   // Size the reply and check every entry before computing anything.
   size_t total = 0, bag = 0;
@@ -335,12 +314,37 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
   if (!(req.meta.flags & kLookupNoContext)) {
     std::lock_guard<std::mutex> lock(mu_);
     ExpireContexts();
+    if (Status bound = BoundContextsLocked(req.meta.trainer, req.meta.step); !bound.ok()) {
+      ++errors_;
+      r.ReplyError(bound);
+      return;
+    }
     // A retried lookup replaces its earlier context: lookups are idempotent.
     contexts_[{req.meta.trainer, req.meta.step}] = std::move(ctx);
   }
   ++lookups_;
   ids_looked_up_ += static_cast<int64_t>(req.ids.size());
   r.Reply(EncodeLookupResponse(req.source.header, std::move(values)));
+}
+
+Status PsService::BoundContextsLocked(uint32_t trainer, uint64_t step) {
+  // A context far behind the trainer's newest step will never see its push
+  // (a trainer pushes a step before it looks up two ahead): dropped.
+  auto first = contexts_.lower_bound({trainer, 0});
+  while (first != contexts_.end() && first->first.first == trainer &&
+         first->first.second + kMaxContextsPerTrainer / 2 < step) {
+    first = contexts_.erase(first);
+  }
+  // A trainer has a step or two open (prefetch); many more are a client
+  // that never pushes, or a forger filling this server's memory.
+  const auto last = contexts_.lower_bound({trainer + 1, 0});
+  const auto open = static_cast<size_t>(std::distance(first, last));
+  if (open >= kMaxContextsPerTrainer && contexts_.count({trainer, step}) == 0) {
+    return Status::ResourceExhausted("trainer " + std::to_string(trainer) + " has " + std::to_string(open) +
+                                     " lookups without their push open on this server, the most it may have; "
+                                     "nothing looked up");
+  }
+  return Status::OK();
 }
 
 Status PsService::PushToRowGrads(const PushRequest& push, const Context& ctx, std::vector<EntryGrads>* out) {

@@ -168,6 +168,9 @@ class PsService {
   // Backward contexts one trainer may hold open at once (lookups whose push
   // has not come); more are refused.
   static constexpr size_t kMaxContextsPerTrainer = 64;
+  // Drops `trainer`'s contexts far behind `step`; RESOURCE_EXHAUSTED when it
+  // still holds the most it may and `step` would be a new one.
+  Status BoundContextsLocked(uint32_t trainer, uint64_t step);  // REQUIRES: mu_ held
   std::map<std::pair<uint32_t, uint64_t>, Context> contexts_;             // GUARDED_BY(mu_)
   std::chrono::steady_clock::time_point last_expiry_;                     // GUARDED_BY(mu_)
   bool shutdown_ = false;                                                 // GUARDED_BY(mu_)

@@ -1,4 +1,5 @@
-# Shared by the launch scripts: where the binaries are.
+# Shared by the launch scripts (and their test): where the binaries are,
+# whether a process runs.
 TESSERA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TESSERA_BUILD_DIR="${TESSERA_BUILD_DIR:-$TESSERA_ROOT/build}"
 tessera_bin() {
@@ -14,4 +15,15 @@ tessera_bin() {
     exit 1
   fi
   echo "$path"
+}
+
+# Whether a process runs. kill -0 alone also succeeds on a zombie: a server
+# started by --add_ps that ended is reparented to PID 1, and where PID 1 does
+# not reap (some containers) it stays a zombie; that one has ended too.
+running() {
+  kill -0 "$1" 2>/dev/null || return 1
+  local stat
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 0
+  stat="${stat##*) }"
+  [ "${stat%% *}" != "Z" ]
 }

@@ -83,16 +83,6 @@ usage() {
 }
 is_count() { [[ "$1" =~ ^[0-9]+$ ]]; }
 
-# Whether a process runs. kill -0 alone also succeeds on a zombie: a server
-# started by --add_ps that ended is reparented to PID 1, and where PID 1 does
-# not reap (some containers) it stays a zombie; that one has ended too.
-running() {
-  kill -0 "$1" 2>/dev/null || return 1
-  local stat
-  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 0
-  stat="${stat##*) }"
-  [ "${stat%% *}" != "Z" ]
-}
 
 # Claims the next free server index in RUN_DIR by creating its log file
 # exclusively (noclobber), so that a restart here and an --add_ps elsewhere

@@ -144,21 +144,12 @@ Status EmbeddingClient::StartLookup(uint64_t step, const KeyedJaggedTensor& kjt,
 
 Status EmbeddingClient::SendLookup(const KeyedJaggedTensor& kjt, LookupState* out) {
   LookupState& st = *out;
-  const int F = static_cast<int>(features_.size());
-  const auto value_offsets = kjt.FeatureValueOffsets();
-  std::vector<ServerRequest> requests(ps_peers_.size());
+  std::vector<ServerRequest> requests;
+  TESSERA_RETURN_IF_ERROR(RouteBatch(kjt, &requests, &st.out_rows));
   st.epoch = epoch_;
   st.batch = kjt.batch_size;
-  st.out_rows.assign(F, 0);
   st.futures.clear();
   st.bytes_sent = st.bytes_received = 0;
-  for (int f = 0; f < F; ++f) {
-    if (routes_[f].local) continue;
-    const int key = kjt.KeyIndex(features_[f]);
-    if (key < 0) return Status::InvalidArgument("the batch has no feature '" + features_[f] + "'");
-    RouteFeature(f, kjt, key, value_offsets, &requests);
-    st.out_rows[f] = routes_[f].pooled ? kjt.batch_size : value_offsets[key + 1] - value_offsets[key];
-  }
   st.bag_lengths = bag_lengths_;
   st.routes.assign(ps_peers_.size(), {});
   st.expected.assign(ps_peers_.size(), 0);
@@ -274,24 +265,34 @@ Status EmbeddingClient::StartPush(const FeatureOutputs& grads) {
     if (current_.epoch == epoch_) TESSERA_RETURN_IF_ERROR(Reroute(Status::Cancelled("the plan was replaced")));
     // The lookup was routed under an older plan: route it again (the same
     // shards, on the servers now holding them) for its push.
-    TESSERA_RETURN_IF_ERROR(SendLookupRoutesOnly());
+    TESSERA_RETURN_IF_ERROR(RouteCurrentAgain());
   }
   if (options_.reroute) pushed_ = grads;
   SendPush(grads);
   return Status::OK();
 }
 
-Status EmbeddingClient::SendLookupRoutesOnly() {
-  // Routing only: nothing is sent, the push needs the routes.
+Status EmbeddingClient::RouteBatch(const KeyedJaggedTensor& kjt, std::vector<ServerRequest>* requests,
+                                   std::vector<int64_t>* out_rows) {
   const int F = static_cast<int>(features_.size());
-  const auto value_offsets = current_.kjt.FeatureValueOffsets();
-  std::vector<ServerRequest> requests(ps_peers_.size());
+  const auto value_offsets = kjt.FeatureValueOffsets();
+  requests->assign(ps_peers_.size(), {});
+  out_rows->assign(F, 0);
   for (int f = 0; f < F; ++f) {
     if (routes_[f].local) continue;
-    const int key = current_.kjt.KeyIndex(features_[f]);
+    const int key = kjt.KeyIndex(features_[f]);
     if (key < 0) return Status::InvalidArgument("the batch has no feature '" + features_[f] + "'");
-    RouteFeature(f, current_.kjt, key, value_offsets, &requests);
+    RouteFeature(f, kjt, key, value_offsets, requests);
+    (*out_rows)[f] = routes_[f].pooled ? kjt.batch_size : value_offsets[key + 1] - value_offsets[key];
   }
+  return Status::OK();
+}
+
+Status EmbeddingClient::RouteCurrentAgain() {
+  // Routing only: nothing is sent, the push needs the routes.
+  std::vector<ServerRequest> requests;
+  std::vector<int64_t> out_rows;
+  TESSERA_RETURN_IF_ERROR(RouteBatch(current_.kjt, &requests, &out_rows));
   current_.routes.assign(ps_peers_.size(), {});
   for (size_t p = 0; p < requests.size(); ++p) current_.routes[p] = std::move(requests[p].routes);
   current_.bag_lengths = bag_lengths_;
@@ -347,7 +348,7 @@ Status EmbeddingClient::WaitPush() {
     // Sent again to every server of the new plan: those that had it answer
     // ALREADY_APPLIED, the backups now serving apply it.
     TESSERA_RETURN_IF_ERROR(Reroute(first_error));
-    TESSERA_RETURN_IF_ERROR(SendLookupRoutesOnly());
+    TESSERA_RETURN_IF_ERROR(RouteCurrentAgain());
     SendPush(pushed_);
   }
 }

@@ -134,12 +134,16 @@ class EmbeddingClient {
 
   struct LookupState;
   void BuildRoutes();
+  // Routes every feature of `kjt` under the running plan: the request for
+  // each server, and each feature's output rows.
+  Status RouteBatch(const KeyedJaggedTensor& kjt, std::vector<ServerRequest>* requests,
+                    std::vector<int64_t>* out_rows);
   // Routes `kjt` under the running plan and sends its lookup.
   Status SendLookup(const KeyedJaggedTensor& kjt, LookupState* st);
   // Sends the push of `grads` for the finished lookup current_.
   void SendPush(const FeatureOutputs& grads);
   // Routes current_'s batch again under the running plan, for its push.
-  Status SendLookupRoutesOnly();
+  Status RouteCurrentAgain();
   static bool Retryable(const Status& st);
 
   EmbeddingClientOptions options_;

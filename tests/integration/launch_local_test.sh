@@ -36,15 +36,10 @@ JOB_PIDS=()  # the processes of the current part's job, as seen while it ran
 ALL_PIDS=()  # those of every part
 FAILURES=0
 
-# Alive: exists and is not a zombie (an orphan's zombie lingers where PID 1
-# does not reap).
-alive() {
-  kill -0 "$1" 2>/dev/null || return 1
-  local stat
-  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 0
-  stat="${stat##*) }"
-  [ "${stat%% *}" != "Z" ]
-}
+# running PID: exists and is not a zombie (an orphan's zombie lingers where
+# PID 1 does not reap).
+# shellcheck source=../../scripts/common.sh disable=SC1091
+source "$ROOT/scripts/common.sh"
 
 # Records the tessera processes of a job: the launcher's children (given its
 # pid) and the servers added with --add_ps.
@@ -70,14 +65,14 @@ remember() {
 cleanup() {
   local pid dir
   for dir in "$TMP"/run_*; do [ -d "$dir" ] && snapshot "$dir"; done
-  for pid in "${STARTED[@]}"; do alive "$pid" && kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${STARTED[@]}"; do running "$pid" && kill -TERM "$pid" 2>/dev/null; done
   for _ in $(seq 1 50); do
     local any=0
-    for pid in "${STARTED[@]}"; do alive "$pid" && any=1; done
+    for pid in "${STARTED[@]}"; do running "$pid" && any=1; done
     [ "$any" -eq 0 ] && break
     sleep 0.1
   done
-  for pid in "${STARTED[@]}" "${ALL_PIDS[@]}"; do alive "$pid" && kill -KILL "$pid" 2>/dev/null; done
+  for pid in "${STARTED[@]}" "${ALL_PIDS[@]}"; do running "$pid" && kill -KILL "$pid" 2>/dev/null; done
   wait 2>/dev/null
   if [ "${KEEP_TMP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
 }
@@ -109,11 +104,11 @@ lines_at_least() { [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ]; }
 # shellcheck disable=SC2317
 log_has() { grep -qF -- "$2" "$1" 2>/dev/null; }
 # shellcheck disable=SC2317
-gone() { ! alive "$1"; }
+gone() { ! running "$1"; }
 # shellcheck disable=SC2317
 all_gone() {
   local pid
-  for pid in "$@"; do alive "$pid" && return 1; done
+  for pid in "$@"; do running "$pid" && return 1; done
   return 0
 }
 # Waits for a launcher to exit; sets CODE to its exit code (124: still running).
@@ -215,7 +210,7 @@ a() {
   if wait_until 5 all_gone "${JOB_PIDS[@]}"; then
     pass "a: no process of the job is left"
   else
-    fail "a: processes left: $(for p in "${JOB_PIDS[@]}"; do alive "$p" && echo -n "$p "; done)"
+    fail "a: processes left: $(for p in "${JOB_PIDS[@]}"; do running "$p" && echo -n "$p "; done)"
   fi
   # No job runs there any more: --add_ps is refused.
   timeout 30 "$LAUNCH" --run_dir "$dir" --add_ps 1 >"$TMP/a_add2.out" 2>&1
@@ -310,7 +305,7 @@ b() {
   if wait_until 5 all_gone "${JOB_PIDS[@]}"; then
     pass "b: no process of the job is left"
   else
-    fail "b: processes left: $(for p in "${JOB_PIDS[@]}"; do alive "$p" && echo -n "$p "; done)"
+    fail "b: processes left: $(for p in "${JOB_PIDS[@]}"; do running "$p" && echo -n "$p "; done)"
   fi
 }
 
@@ -335,7 +330,7 @@ c() {
   if [ ${#JOB_PIDS[@]} -ge 6 ] && wait_until 10 all_gone "${JOB_PIDS[@]}"; then
     pass "c: all ${#JOB_PIDS[@]} processes of the job are gone, the added server included"
   else
-    fail "c: processes left (of ${#JOB_PIDS[@]}): $(for p in "${JOB_PIDS[@]}"; do alive "$p" && echo -n "$p "; done)"
+    fail "c: processes left (of ${#JOB_PIDS[@]}): $(for p in "${JOB_PIDS[@]}"; do running "$p" && echo -n "$p "; done)"
   fi
 }
 
