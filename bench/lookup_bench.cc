@@ -82,7 +82,9 @@ int Run(int argc, char** argv) {
     auto client = std::move(RpcClient::Create()).value();
     std::vector<int> peers;
     for (int s = 0; s < 2; ++s) {
-      services.push_back(std::make_unique<PsService>(PsServiceOptions{s}));
+      PsServiceOptions options{s};
+      options.open_to_any_sender = true;  // no master: the bench plays it
+      services.push_back(std::make_unique<PsService>(options));
       JobConfig async = job;
       async.training.consistency = Consistency::kAsync;
       CHECK(services.back()->CreateShards(async, *plan).ok());

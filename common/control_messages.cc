@@ -72,6 +72,33 @@ StatusOr<RegisterRequest> RegisterRequest::Parse(const json& j) {
   return r;
 }
 
+std::string RoutingIdToText(const std::string& routing_id) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string text;
+  text.reserve(routing_id.size() * 2);
+  for (unsigned char c : routing_id) {
+    text.push_back(kDigits[c >> 4]);
+    text.push_back(kDigits[c & 15]);
+  }
+  return text;
+}
+
+StatusOr<std::string> RoutingIdFromText(const std::string& text) {
+  if (text.empty() || text.size() % 2 != 0 || text.size() > 510) {
+    return Status::InvalidArgument("a connection id must be 2-510 hex digits, got " + std::to_string(text.size()));
+  }
+  auto digit = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  std::string id;
+  for (size_t i = 0; i < text.size(); i += 2) {
+    const int hi = digit(text[i]), lo = digit(text[i + 1]);
+    if (hi < 0 || lo < 0) return Status::InvalidArgument("a connection id must be lowercase hex");
+    id.push_back(static_cast<char>(hi << 4 | lo));
+  }
+  return id;
+}
+
 json RegisterReply::ToJson() const {
   json j = {{"rank", rank},
             {"heartbeat_ms", heartbeat_ms},
@@ -79,6 +106,7 @@ json RegisterReply::ToJson() const {
             {"master_reconnect_ms", master_reconnect_ms},
             {"master_id", master_id}};
   if (incarnation > 0) j["incarnation"] = incarnation;
+  if (!master_client.empty()) j["master_client"] = RoutingIdToText(master_client);
   return j;
 }
 
@@ -91,6 +119,13 @@ StatusOr<RegisterReply> RegisterReply::Parse(const json& j) {
   TESSERA_RETURN_IF_ERROR(f.Int("master_reconnect_ms", &r.master_reconnect_ms, true, 0, kMaxI64));
   TESSERA_RETURN_IF_ERROR(f.Int("master_id", &r.master_id, true, 1, kMaxI64));
   TESSERA_RETURN_IF_ERROR(f.Int("incarnation", &r.incarnation, false, 1, kMaxI64));
+  std::string master_client;
+  TESSERA_RETURN_IF_ERROR(f.String("master_client", &master_client, false));
+  if (!master_client.empty()) {
+    auto id = RoutingIdFromText(master_client);
+    if (!id.ok()) return id.status().WithContext("REGISTER reply.master_client");
+    r.master_client = *id;
+  }
   return r;
 }
 

@@ -20,6 +20,11 @@
 
 namespace tessera {
 
+// A connection's routing id (binary, RpcClient::routing_id()) as JSON text:
+// lowercase hex. FromText refuses anything that is not hex of 1-255 bytes.
+std::string RoutingIdToText(const std::string& routing_id);
+StatusOr<std::string> RoutingIdFromText(const std::string& text);
+
 // REGISTER: a parameter server or a trainer joins (again, after its master
 // was replaced: then with the generation it ran).
 struct RegisterRequest {
@@ -45,6 +50,9 @@ struct RegisterReply {
   int64_t master_reconnect_ms = 0;
   int64_t master_id = 0;
   int64_t incarnation = 0;  // a trainer's registration (0 for a server)
+  // The master's own client connection (its routing id), which alone may
+  // send a server control requests; empty for a trainer.
+  std::string master_client;
 
   nlohmann::json ToJson() const;
   static StatusOr<RegisterReply> Parse(const nlohmann::json& j);

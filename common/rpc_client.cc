@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <future>
+#include <random>
 
 #include <glog/logging.h>
 
@@ -25,8 +26,15 @@ bool RpcFuture::Ready() const {
   return state_->result.has_value();
 }
 
-StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create() {
+StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(std::shared_ptr<const JobKeys> keys) {
   std::unique_ptr<RpcClient> c(new RpcClient());
+  c->keys_ = std::move(keys);
+  // 16 random bytes; a routing id may not start with a zero byte (libzmq
+  // keeps those for the ids it makes itself).
+  std::random_device random;
+  c->routing_id_.resize(16);
+  for (char& b : c->routing_id_) b = static_cast<char>(random() & 0xff);
+  if (c->routing_id_[0] == 0) c->routing_id_[0] = 1;
   try {
     c->context_ = std::make_unique<zmq::context_t>(1);
   } catch (const zmq::error_t& e) {
@@ -52,12 +60,16 @@ std::optional<std::chrono::steady_clock::time_point> RpcClient::DisconnectedSinc
   return links_[peer].down_since;
 }
 
-StatusOr<int> RpcClient::Connect(const std::string& endpoint) {
+StatusOr<int> RpcClient::Connect(const std::string& endpoint, Role server_role) {
+  if (keys_ && keys_->public_key(server_role).empty()) {
+    return Status::InvalidArgument(std::string("cannot connect to ") + endpoint + ": the job's keys have no " +
+                                   RoleName(server_role) + ".public");
+  }
   auto promise = std::make_shared<std::promise<StatusOr<int>>>();
   auto future = promise->get_future();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    connects_.push_back(ConnectRequest{endpoint, [promise](StatusOr<int> r) { promise->set_value(std::move(r)); }});
+    connects_.push_back(ConnectRequest{endpoint, server_role, [promise](StatusOr<int> r) { promise->set_value(std::move(r)); }});
   }
   wakeup_->Signal();
   return future.get();
@@ -97,6 +109,17 @@ void RpcClient::CancelCalls(int peer, const Status& why) {
   wakeup_->Signal();
 }
 
+bool RpcClient::Refused(int peer) const {
+  std::lock_guard<std::mutex> lock(links_mu_);
+  return peer >= 0 && peer < static_cast<int>(links_.size()) && links_[peer].refused;
+}
+
+Status RpcClient::RefusedStatus(int peer) const {
+  std::lock_guard<std::mutex> lock(links_mu_);
+  return Status::PermissionDenied("the server at " + links_[peer].endpoint +
+                                  " refused this process's CURVE handshake: not the job's keys (--keys)?");
+}
+
 void RpcClient::ReadMonitor(int peer) {
   for (;;) {
     // An event is two frames: 2 bytes of event id and 4 of value, then the
@@ -109,11 +132,36 @@ void RpcClient::ReadMonitor(int peer) {
     std::memcpy(&id, event.data(), sizeof(id));
     std::lock_guard<std::mutex> lock(links_mu_);
     Link& link = links_[peer];
-    if (id == ZMQ_EVENT_CONNECTED) {
+    // A server that holds another key than the one we expect of it cannot
+    // read our hello and just closes the connection: seen here as TCP
+    // connections that close before any handshake completes. A few in a row
+    // (not one: a server may be stopping) are a refusal too.
+    constexpr int kHandshakelessClosesToRefuse = 3;
+    auto refuse = [&](const char* why) {
+      if (!link.refused) {
+        LOG(WARNING) << "the server at " << link.endpoint << " refused this process's connection (" << why << ")";
+      }
+      link.refused = true;
+    };
+    if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED || (!keys_ && id == ZMQ_EVENT_CONNECTED)) {
+      // With CURVE, a TCP connection is not yet a connection to the job.
       link.ever_connected = true;
       link.down_since.reset();
-    } else if (id == ZMQ_EVENT_DISCONNECTED && link.ever_connected && !link.down_since) {
-      link.down_since = std::chrono::steady_clock::now();
+      link.refused = false;
+      link.awaiting_handshake = false;
+      link.handshakeless_closes = 0;
+    } else if (id == ZMQ_EVENT_CONNECTED) {
+      link.awaiting_handshake = true;
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      refuse("our key is not one of its job's");
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+      refuse("the handshake failed: a server of another job, or one without keys?");
+    } else if (id == ZMQ_EVENT_DISCONNECTED) {
+      if (link.awaiting_handshake && ++link.handshakeless_closes >= kHandshakelessClosesToRefuse) {
+        refuse("it closed every connection before the CURVE handshake: it does not hold the job's key for its role");
+      }
+      link.awaiting_handshake = false;
+      if (link.ever_connected && !link.down_since) link.down_since = std::chrono::steady_clock::now();
     }
   }
 }
@@ -152,12 +200,19 @@ void RpcClient::IoLoop() {
         s->set(zmq::sockopt::linger, 0);
         s->set(zmq::sockopt::sndhwm, 100000);
         s->set(zmq::sockopt::rcvhwm, 100000);
+        s->set(zmq::sockopt::routing_id, zmq::buffer(routing_id_));
+        if (keys_) {
+          s->set(zmq::sockopt::curve_serverkey, keys_->public_key(c.server_role));
+          s->set(zmq::sockopt::curve_publickey, keys_->own_public());
+          s->set(zmq::sockopt::curve_secretkey, keys_->own_secret());
+        }
         // Its connection events come in on a PAIR of our own.
         const std::string monitor_address =
             "inproc://rpc-client-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" +
             std::to_string(sockets_.size());
         if (zmq_socket_monitor(static_cast<void*>(*s), monitor_address.c_str(),
-                               ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+                               ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                                   ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
           throw zmq::error_t();
         }
         auto monitor = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::pair);
@@ -169,6 +224,7 @@ void RpcClient::IoLoop() {
         {
           std::lock_guard<std::mutex> lock(links_mu_);
           links_.emplace_back();
+          links_.back().endpoint = c.endpoint;
         }
         c.done(static_cast<int>(sockets_.size()) - 1);
       } catch (const zmq::error_t& e) {
@@ -179,6 +235,10 @@ void RpcClient::IoLoop() {
     for (Outgoing& o : out) {
       if (o.peer < 0 || o.peer >= static_cast<int>(sockets_.size())) {
         fail(o.done, Status::InvalidArgument("no such peer " + std::to_string(o.peer)));
+        continue;
+      }
+      if (Refused(o.peer)) {
+        fail(o.done, RefusedStatus(o.peer));
         continue;
       }
       const uint64_t id = o.message.header.request_id;
@@ -231,7 +291,18 @@ void RpcClient::IoLoop() {
 
     const size_t first_monitor = 1 + sockets_.size();
     for (size_t i = 0; i < monitors_.size() && first_monitor + i < items.size(); ++i) {
-      if (items[first_monitor + i].revents & ZMQ_POLLIN) ReadMonitor(static_cast<int>(i));
+      if (!(items[first_monitor + i].revents & ZMQ_POLLIN)) continue;
+      ReadMonitor(static_cast<int>(i));
+      if (!Refused(static_cast<int>(i))) continue;
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if (it->second.peer != static_cast<int>(i)) {
+          ++it;
+          continue;
+        }
+        RpcCallback done = std::move(it->second.done);
+        it = pending_.erase(it);
+        fail(done, RefusedStatus(static_cast<int>(i)));
+      }
     }
 
     const auto now = std::chrono::steady_clock::now();

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/job_keys.h"
 #include "common/status.h"
 #include "common/wire_format.h"
 
@@ -51,13 +52,25 @@ class RpcFuture {
 
 class RpcClient {
  public:
-  static StatusOr<std::unique_ptr<RpcClient>> Create();
+  // With `keys`, every connection is a CURVE client holding this process's
+  // role's key pair; without, plain TCP (--insecure).
+  static StatusOr<std::unique_ptr<RpcClient>> Create(std::shared_ptr<const JobKeys> keys = nullptr);
   ~RpcClient();
 
-  // Connects a new DEALER to `endpoint` ("tcp://host:port"); returns its peer
-  // index. ZeroMQ connects in the background: a peer that is not up yet gets
-  // its requests when it comes up, or they time out.
-  StatusOr<int> Connect(const std::string& endpoint);
+  // Connects a new DEALER to `endpoint` ("tcp://host:port"), a server of
+  // role `server_role` (whose public key it must prove to hold; required
+  // with keys); returns its peer index. ZeroMQ connects in the background: a
+  // peer that is not up yet gets its requests when it comes up, or they time
+  // out. When the server refuses this process's key, the calls to it end at
+  // once with PERMISSION_DENIED, and so do later ones until a connection
+  // succeeds.
+  StatusOr<int> Connect(const std::string& endpoint, Role server_role = Role::kNone);
+
+  // The routing id every connection of this client presents: random, made
+  // at Create and kept across reconnects, so a server can tell this client's
+  // requests from anyone else's (the master binds a member to it at
+  // registration).
+  const std::string& routing_id() const { return routing_id_; }
 
   // Sends `request` to `peer`. `done` runs exactly once, on the I/O thread:
   // it must not block.
@@ -83,6 +96,9 @@ class RpcClient {
   void IoLoop();
   // Takes the connection events of `peer`'s socket. I/O thread.
   void ReadMonitor(int peer);
+  // Whether `peer` refused our key, and the error its calls end with.
+  bool Refused(int peer) const;
+  Status RefusedStatus(int peer) const;
 
   struct Outgoing {
     int peer;
@@ -97,10 +113,13 @@ class RpcClient {
   };
   struct ConnectRequest {
     std::string endpoint;
+    Role server_role;
     std::function<void(StatusOr<int>)> done;
   };
 
   std::unique_ptr<zmq::context_t> context_;
+  std::shared_ptr<const JobKeys> keys_;
+  std::string routing_id_;
   std::unique_ptr<rpc_internal::Wakeup> wakeup_;
   std::atomic<uint64_t> next_request_id_{1};
   std::atomic<bool> stop_{false};
@@ -123,6 +142,14 @@ class RpcClient {
   struct Link {
     bool ever_connected = false;
     std::optional<std::chrono::steady_clock::time_point> down_since;
+    // The server refused our key (a CURVE handshake failed on
+    // authentication); cleared when a connection succeeds.
+    bool refused = false;
+    // With keys: a TCP connection is up whose handshake has not completed;
+    // and how many such closed in a row.
+    bool awaiting_handshake = false;
+    int handshakeless_closes = 0;
+    std::string endpoint;
   };
   mutable std::mutex links_mu_;
   std::vector<Link> links_;  // GUARDED_BY(links_mu_): by peer

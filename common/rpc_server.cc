@@ -1,6 +1,7 @@
 #include "common/rpc_server.h"
 
 #include <exception>
+#include <vector>
 
 #include <glog/logging.h>
 
@@ -12,8 +13,8 @@ namespace tessera {
 using rpc_internal::OutgoingReply;
 using rpc_internal::ReplySink;
 
-Responder::Responder(std::shared_ptr<ReplySink> sink, std::string routing_id, Header request)
-    : sink_(std::move(sink)), routing_id_(std::move(routing_id)), request_(request) {}
+Responder::Responder(std::shared_ptr<ReplySink> sink, std::string routing_id, Header request, Role peer_role)
+    : sink_(std::move(sink)), routing_id_(std::move(routing_id)), request_(request), peer_role_(peer_role) {}
 
 Responder& Responder::operator=(Responder&& other) noexcept {
   if (this != &other) {
@@ -21,6 +22,7 @@ Responder& Responder::operator=(Responder&& other) noexcept {
     sink_ = std::move(other.sink_);
     routing_id_ = std::move(other.routing_id_);
     request_ = other.request_;
+    peer_role_ = other.peer_role_;
   }
   return *this;
 }
@@ -45,10 +47,27 @@ StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& op
   std::unique_ptr<RpcServer> s(new RpcServer());
   s->handler_ = std::move(handler);
   s->sink_ = std::make_shared<ReplySink>();
+  s->keys_ = options.keys;
   try {
     s->context_ = std::make_unique<zmq::context_t>(1);
+    if (s->keys_) {
+      // libzmq asks this context's ZAP handler about every client key; the
+      // handler is ours, answered on the I/O thread (AnswerZap).
+      s->zap_ = std::make_unique<zmq::socket_t>(*s->context_, zmq::socket_type::rep);
+      s->zap_->set(zmq::sockopt::linger, 0);
+      s->zap_->bind("inproc://zeromq.zap.01");
+    }
     s->socket_ = std::make_unique<zmq::socket_t>(*s->context_, zmq::socket_type::router);
     s->socket_->set(zmq::sockopt::linger, 0);
+    // A client that reconnects (a dropped TCP connection) comes back with
+    // the routing id it had; the new connection replaces the old one, which
+    // the server may not have noticed is gone.
+    s->socket_->set(zmq::sockopt::router_handover, 1);
+    if (s->keys_) {
+      s->socket_->set(zmq::sockopt::curve_server, 1);
+      s->socket_->set(zmq::sockopt::curve_secretkey, s->keys_->own_secret());
+      s->socket_->set(zmq::sockopt::zap_domain, "tessera");
+    }
     // Large lookups and pushes: don't drop replies under a burst.
     s->socket_->set(zmq::sockopt::sndhwm, 100000);
     s->socket_->set(zmq::sockopt::rcvhwm, 100000);
@@ -86,13 +105,14 @@ void RpcServer::Stop() {
       sink_->queue.clear();
     }
     socket_.reset();
+    zap_.reset();
     context_.reset();
   });
 }
 
-void RpcServer::Dispatch(std::string routing_id, Message&& request) {
+void RpcServer::Dispatch(std::string routing_id, Role peer_role, Message&& request) {
   if (workers_.empty()) {
-    Responder responder(sink_, std::move(routing_id), request.header);
+    Responder responder(sink_, std::move(routing_id), request.header, peer_role);
     try {
       handler_(std::move(request), std::move(responder));
     } catch (const std::exception& e) {
@@ -102,7 +122,7 @@ void RpcServer::Dispatch(std::string routing_id, Message&& request) {
   }
   {
     std::lock_guard<std::mutex> lock(work_mu_);
-    work_.push_back(Work{std::move(routing_id), std::move(request)});
+    work_.push_back(Work{std::move(routing_id), peer_role, std::move(request)});
   }
   work_cv_.notify_one();
 }
@@ -117,7 +137,7 @@ void RpcServer::WorkerLoop() {
       w = std::move(work_.front());
       work_.pop_front();
     }
-    Responder responder(sink_, std::move(w.routing_id), w.request.header);
+    Responder responder(sink_, std::move(w.routing_id), w.request.header, w.peer_role);
     try {
       handler_(std::move(w.request), std::move(responder));
     } catch (const std::exception& e) {
@@ -127,11 +147,58 @@ void RpcServer::WorkerLoop() {
   }
 }
 
+void RpcServer::AnswerZap() {
+  // ZAP (RFC 27): version, request id, domain, address, routing id,
+  // mechanism, then the mechanism's credentials (CURVE: the client's
+  // 32-byte public key). The reply names the role as the User-Id, which
+  // every message of the connection then carries.
+  for (;;) {
+    std::vector<zmq::message_t> request;
+    zmq::message_t part;
+    if (!zap_->recv(part, zmq::recv_flags::dontwait)) return;
+    request.push_back(std::move(part));
+    while (request.back().more()) {
+      zmq::message_t next;
+      (void)zap_->recv(next, zmq::recv_flags::none);
+      request.push_back(std::move(next));
+    }
+    Role role = Role::kNone;
+    if (request.size() >= 7 && request[5].to_string() == "CURVE" && request[6].size() == 32) {
+      char z85[41];
+      if (zmq_z85_encode(z85, static_cast<const uint8_t*>(request[6].data()), 32) != nullptr) {
+        role = keys_->RoleOfPublicKey(z85);
+      }
+    }
+    const std::string request_id = request.size() >= 2 ? request[1].to_string() : "";
+    if (role == Role::kNone) {
+      LOG_EVERY_N(WARNING, 100) << "refused a connection from "
+                                << (request.size() >= 4 ? request[3].to_string() : std::string("?"))
+                                << " to " << endpoint_ << ": its key is not one of the job's (seen "
+                                << google::COUNTER << " times)";
+    }
+    const std::string code = role == Role::kNone ? "400" : "200";
+    const std::string text = role == Role::kNone ? "not one of the job's keys" : "OK";
+    const std::string user = role == Role::kNone ? "" : RoleName(role);
+    try {
+      zap_->send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
+      zap_->send(zmq::buffer(request_id), zmq::send_flags::sndmore);
+      zap_->send(zmq::buffer(code), zmq::send_flags::sndmore);
+      zap_->send(zmq::buffer(text), zmq::send_flags::sndmore);
+      zap_->send(zmq::buffer(user), zmq::send_flags::sndmore);
+      zap_->send(zmq::str_buffer(""), zmq::send_flags::none);
+    } catch (const zmq::error_t& e) {
+      LOG(WARNING) << "ZAP reply not sent: " << e.what();
+    }
+  }
+}
+
 void RpcServer::IoLoop() {
-  zmq::pollitem_t items[2] = {
+  zmq::pollitem_t items[3] = {
       {static_cast<void*>(*socket_), 0, ZMQ_POLLIN, 0},
       {nullptr, sink_->wakeup.fd(), ZMQ_POLLIN, 0},
+      {zap_ ? static_cast<void*>(*zap_) : nullptr, 0, ZMQ_POLLIN, 0},
   };
+  const int num_items = zap_ ? 3 : 2;
   std::deque<OutgoingReply> out;
   auto flush = [&] {
     {
@@ -146,19 +213,20 @@ void RpcServer::IoLoop() {
   };
   while (!stop_.load()) {
     try {
-      zmq::poll(items, 2, std::chrono::milliseconds(100));
+      zmq::poll(items, num_items, std::chrono::milliseconds(100));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       LOG(ERROR) << "zmq poll: " << e.what();
       break;
     }
     if (items[1].revents & ZMQ_POLLIN) sink_->wakeup.Drain();
+    if (zap_ && (items[2].revents & ZMQ_POLLIN)) AnswerZap();
     if (items[0].revents & ZMQ_POLLIN) {
       // Drain what is waiting, but bounded so replies are not starved.
       for (int i = 0; i < 256 && !stop_.load(); ++i) {
-        std::string routing_id;
+        std::string routing_id, user_id;
         Message m;
-        Status st = RecvMessage(*socket_, &routing_id, &m);
+        Status st = RecvMessage(*socket_, &routing_id, &m, &user_id);
         if (st.code() == StatusCode::kNotFound) break;
         if (!st.ok()) {
           LOG(WARNING) << "malformed request from a client: " << st;
@@ -168,7 +236,7 @@ void RpcServer::IoLoop() {
           }
           continue;
         }
-        Dispatch(std::move(routing_id), std::move(m));
+        Dispatch(std::move(routing_id), RoleFromName(user_id), std::move(m));
       }
     }
     flush();

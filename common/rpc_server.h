@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/job_keys.h"
 #include "common/status.h"
 #include "common/wire_format.h"
 
@@ -30,6 +31,11 @@ struct RpcServerOptions {
   // Threads that run handlers. 0 runs handlers on the I/O thread: right for
   // handlers that only take a lock and enqueue, wrong for lookups.
   int worker_threads = 0;
+  // The job's keys: with them the socket is a CURVE server (encrypted, and
+  // only clients holding one of the job's key pairs get in; each request
+  // says which role's key sent it). Null: plain TCP, anyone may connect
+  // (--insecure).
+  std::shared_ptr<const JobKeys> keys;
 };
 
 namespace rpc_internal {
@@ -43,7 +49,8 @@ struct ReplySink;
 class Responder {
  public:
   Responder() = default;
-  Responder(std::shared_ptr<rpc_internal::ReplySink> sink, std::string routing_id, Header request);
+  Responder(std::shared_ptr<rpc_internal::ReplySink> sink, std::string routing_id, Header request,
+            Role peer_role = Role::kNone);
   Responder(Responder&&) noexcept = default;
   Responder& operator=(Responder&&) noexcept;
   Responder(const Responder&) = delete;
@@ -51,6 +58,11 @@ class Responder {
   ~Responder();
 
   const Header& request_header() const { return request_; }
+  // Who sent the request: the role whose CURVE key its connection holds
+  // (kNone on a plain socket), and its connection's routing id, which a
+  // client keeps across reconnects (RpcClient::routing_id()).
+  Role peer_role() const { return peer_role_; }
+  const std::string& routing_id() const { return routing_id_; }
   bool valid() const { return sink_ != nullptr; }
 
   void Reply(Message&& reply);
@@ -63,6 +75,7 @@ class Responder {
   std::shared_ptr<rpc_internal::ReplySink> sink_;
   std::string routing_id_;
   Header request_;
+  Role peer_role_ = Role::kNone;
 };
 
 using RpcHandler = std::function<void(Message&& request, Responder responder)>;
@@ -84,18 +97,23 @@ class RpcServer {
   RpcServer() = default;
   void IoLoop();
   void WorkerLoop();
-  void Dispatch(std::string routing_id, Message&& request);
+  void Dispatch(std::string routing_id, Role peer_role, Message&& request);
+  // Answers the ZAP requests libzmq makes for each CURVE handshake. I/O thread.
+  void AnswerZap();
 
   RpcHandler handler_;
   std::string endpoint_;
   std::unique_ptr<zmq::context_t> context_;
   std::unique_ptr<zmq::socket_t> socket_;
+  std::shared_ptr<const JobKeys> keys_;
+  std::unique_ptr<zmq::socket_t> zap_;  // with keys_: the context's ZAP handler (REP)
   std::shared_ptr<rpc_internal::ReplySink> sink_;
   std::atomic<bool> stop_{false};
   std::thread io_thread_;
 
   struct Work {
     std::string routing_id;
+    Role peer_role = Role::kNone;
     Message request;
   };
   std::mutex work_mu_;

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "common/rpc_client.h"
@@ -251,7 +253,16 @@ TEST(RpcClientTest, CancelCallsEndsOnlyThatPeersCallsInFlight) {
 }
 
 TEST(RpcClientTest, DisconnectedSinceTellsAPeerThatWentAwayAndCameBack) {
-  auto server = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
+  std::mutex mu;
+  std::vector<std::string> routing_ids;  // of every request served
+  auto note = [&](Message&&, Responder r) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      routing_ids.push_back(r.routing_id());
+    }
+    r.ReplyOk();
+  };
+  auto server = RpcServer::Start(RpcServerOptions{}, note);
   ASSERT_TRUE(server.ok());
   const std::string endpoint = (*server)->endpoint();
   auto client = RpcClient::Create();
@@ -273,13 +284,109 @@ TEST(RpcClientTest, DisconnectedSinceTellsAPeerThatWentAwayAndCameBack) {
   EXPECT_GE(*(*client)->DisconnectedSince(*peer), before);
 
   // Back on the same address: the client reconnects by itself.
-  auto again = RpcServer::Start(RpcServerOptions{endpoint, 1}, [](Message&&, Responder r) { r.ReplyOk(); });
+  auto again = RpcServer::Start(RpcServerOptions{endpoint, 1}, note);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE((*client)->CallSync(*peer, Message(Opcode::kHeartbeat), milliseconds(10000)).ok());
   for (int i = 0; i < 300 && (*client)->DisconnectedSince(*peer).has_value(); ++i) {
     std::this_thread::sleep_for(milliseconds(10));
   }
   EXPECT_FALSE((*client)->DisconnectedSince(*peer).has_value());
+}
+
+// Two jobs' key folders: the job's own and a stranger's.
+class CurveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tessera_rpc_keys_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    ASSERT_TRUE(JobKeys::Write(dir_ + "/job").ok());
+    ASSERT_TRUE(JobKeys::Write(dir_ + "/other").ok());
+    auto master = JobKeys::Load(dir_ + "/job", Role::kMaster);
+    ASSERT_TRUE(master.ok()) << master.status();
+    // Answers with the caller's role and routing id.
+    auto server = RpcServer::Start(RpcServerOptions{"tcp://127.0.0.1:0", 1, *master}, [this](Message&&, Responder r) {
+      ++served_;
+      Message reply;
+      reply.AddString(RoleName(r.peer_role()));
+      reply.AddBytes(r.routing_id().data(), r.routing_id().size());
+      r.Reply(std::move(reply));
+    });
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();
+  }
+  void TearDown() override {
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::unique_ptr<RpcClient> Client(const std::string& folder, Role role) {
+    std::shared_ptr<const JobKeys> keys;
+    if (!folder.empty()) keys = JobKeys::Load(dir_ + "/" + folder, role).value();
+    return RpcClient::Create(keys).value();
+  }
+  std::string dir_;
+  std::unique_ptr<RpcServer> server_;
+  std::atomic<int> served_{0};
+};
+
+TEST_F(CurveTest, JobMembersAreServedAndKnownByRoleAndRoutingId) {
+  for (Role role : {Role::kPs, Role::kTrainer, Role::kOperator}) {
+    auto client = Client("job", role);
+    auto peer = client->Connect(server_->endpoint(), Role::kMaster);
+    ASSERT_TRUE(peer.ok()) << peer.status();
+    auto reply = client->CallSync(*peer, Message(Opcode::kHeartbeat), milliseconds(10000));
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    ASSERT_EQ(reply->frames.size(), 2u);
+    EXPECT_EQ(reply->frames[0].to_string(), RoleName(role));
+    EXPECT_EQ(reply->frames[1].to_string(), client->routing_id());
+  }
+  EXPECT_EQ(served_.load(), 3);
+}
+
+TEST_F(CurveTest, AStrangersKeyIsRefusedAtOnceAndNeverServed) {
+  // Another job's trainer, told this job's server key: still refused, as
+  // only the job's own client keys get in.
+  std::filesystem::copy_file(dir_ + "/job/master.public", dir_ + "/other/master.public",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto client = Client("other", Role::kTrainer);
+  auto peer = client->Connect(server_->endpoint(), Role::kMaster);
+  ASSERT_TRUE(peer.ok());
+  const auto start = std::chrono::steady_clock::now();
+  auto reply = client->CallSync(*peer, Message(Opcode::kHeartbeat), milliseconds(20000));
+  EXPECT_EQ(reply.status().code(), StatusCode::kPermissionDenied) << reply.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(served_.load(), 0);
+}
+
+TEST_F(CurveTest, AClientExpectingAnotherServerKeyIsRefused) {
+  // A client of this job that expects another server key (another job's
+  // master): its handshake cannot complete, so nothing reaches the handler.
+  std::filesystem::copy_file(dir_ + "/other/master.public", dir_ + "/job/master.public",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto misled = Client("job", Role::kTrainer);
+  auto peer = misled->Connect(server_->endpoint(), Role::kMaster);
+  ASSERT_TRUE(peer.ok());
+  // The server cannot read its hello and closes each connection: after a few
+  // the client calls it a refusal rather than waiting out the deadline.
+  const auto start = std::chrono::steady_clock::now();
+  auto reply = misled->CallSync(*peer, Message(Opcode::kHeartbeat), milliseconds(20000));
+  EXPECT_EQ(reply.status().code(), StatusCode::kPermissionDenied) << reply.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(served_.load(), 0);
+}
+
+TEST_F(CurveTest, APlainClientGetsNowhere) {
+  auto client = Client("", Role::kNone);
+  auto peer = client->Connect(server_->endpoint());
+  ASSERT_TRUE(peer.ok());
+  auto reply = client->CallSync(*peer, Message(Opcode::kHeartbeat), milliseconds(3000));
+  EXPECT_FALSE(reply.ok());
+  EXPECT_EQ(served_.load(), 0);
+}
+
+TEST_F(CurveTest, ConnectingWithKeysNeedsTheServersRole) {
+  auto client = Client("job", Role::kTrainer);
+  EXPECT_EQ(client->Connect(server_->endpoint()).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(RpcServerTest, BindFailureIsAnError) {

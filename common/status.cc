@@ -22,6 +22,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kCancelled: return "CANCELLED";
     case StatusCode::kPlanChanged: return "PLAN_CHANGED";
     case StatusCode::kAlreadyApplied: return "ALREADY_APPLIED";
+    case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
   }
   return "UNKNOWN";
 }

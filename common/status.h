@@ -36,8 +36,11 @@ enum class StatusCode : uint16_t {
   kPlanChanged = 14,
   // A retried gradient push that the server had already applied.
   kAlreadyApplied = 15,
+  // The sender may not ask this: a stranger's key, another member's
+  // request, a role that does not give such orders.
+  kPermissionDenied = 16,
 };
-constexpr uint16_t kMaxStatusCode = 15;
+constexpr uint16_t kMaxStatusCode = 16;
 
 const char* StatusCodeName(StatusCode code);
 
@@ -62,6 +65,7 @@ class [[nodiscard]] Status {
   static Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
   static Status PlanChanged(std::string m) { return {StatusCode::kPlanChanged, std::move(m)}; }
   static Status AlreadyApplied(std::string m) { return {StatusCode::kAlreadyApplied, std::move(m)}; }
+  static Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

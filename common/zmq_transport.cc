@@ -25,7 +25,7 @@ Status SendMessage(zmq::socket_t& socket, const std::string* routing_id, Message
   return Status::OK();
 }
 
-Status RecvMessage(zmq::socket_t& socket, std::string* routing_id, Message* m) {
+Status RecvMessage(zmq::socket_t& socket, std::string* routing_id, Message* m, std::string* user_id) {
   std::vector<zmq::message_t> parts;
   try {
     zmq::message_t part;
@@ -47,6 +47,12 @@ Status RecvMessage(zmq::socket_t& socket, std::string* routing_id, Message* m) {
   }
   m->frames.clear();
   m->header = Header();
+  if (user_id != nullptr) {
+    // Every part carries its connection's metadata; the routing id, made by
+    // the ROUTER itself, does not.
+    const char* user = parts.size() > first ? zmq_msg_gets(parts[first].handle(), "User-Id") : nullptr;
+    user_id->assign(user != nullptr ? user : "");
+  }
   if (parts.size() <= first) return Status::InvalidArgument("empty message");
   const zmq::message_t& hdr = parts[first];
   // Read the request id even from a header that fails validation, so the

@@ -20,7 +20,8 @@ Status SendMessage(zmq::socket_t& socket, const std::string* routing_id, Message
 // whose header is malformed, or whose frame count disagrees with the header,
 // is returned as InvalidArgument with *header holding what could be read
 // (the request id, when the header was at least readable) so the caller can
-// answer with an error reply.
-Status RecvMessage(zmq::socket_t& socket, std::string* routing_id, Message* m);
+// answer with an error reply. With `user_id`, also the sender's User-Id
+// (what the ZAP handler said of its CURVE key; empty on a plain socket).
+Status RecvMessage(zmq::socket_t& socket, std::string* routing_id, Message* m, std::string* user_id = nullptr);
 
 }  // namespace tessera

@@ -28,12 +28,12 @@ StatusOr<std::unique_ptr<Master>> Master::Start(const MasterOptions& options, co
   m->barrier_ = StepBarrier<Responder>(job.cluster.num_trainers);
   Master* self = m.get();
   // Handlers only update membership and answer: the I/O thread runs them.
-  TESSERA_ASSIGN_OR_RETURN(m->server_, RpcServer::Start(RpcServerOptions{options.bind_address, 0},
+  TESSERA_ASSIGN_OR_RETURN(m->server_, RpcServer::Start(RpcServerOptions{options.bind_address, 0, options.keys},
                                                         [self](Message&& msg, Responder r) {
                                                           self->Handle(std::move(msg), std::move(r));
                                                         }));
   m->endpoint_ = ReplaceEndpointHost(m->server_->endpoint(), options.advertise_host);
-  TESSERA_ASSIGN_OR_RETURN(m->client_, RpcClient::Create());
+  TESSERA_ASSIGN_OR_RETURN(m->client_, RpcClient::Create(options.keys));
   return m;
 }
 
@@ -276,7 +276,7 @@ StatusOr<int> Master::ServerPeer(int member) {
     if (m == ps_.end()) return Status::NotFound("parameter server " + std::to_string(member) + " is not a member");
     endpoint = m->second.endpoint;
   }
-  TESSERA_ASSIGN_OR_RETURN(int peer, client_->Connect(endpoint));
+  TESSERA_ASSIGN_OR_RETURN(int peer, client_->Connect(endpoint, Role::kPs));
   ps_peers_[member] = peer;
   return peer;
 }

@@ -51,6 +51,8 @@
 namespace tessera {
 
 struct MasterOptions {
+  // The job's CURVE keys (common/job_keys.h); null: plain TCP (--insecure).
+  std::shared_ptr<const JobKeys> keys;
   // Where to listen; port 0 picks a free one (see endpoint()).
   std::string bind_address = "tcp://127.0.0.1:0";
   // Host name others reach the master by ("" keeps the bind host).
@@ -120,6 +122,9 @@ class Master {
     Clock::time_point last_seen;
     nlohmann::json stats;
     bool leaving = false;  // to be drained and shut down at the next boundary
+    // The connection it registered from (RpcClient::routing_id()): only
+    // that one may speak for it.
+    std::string routing_id;
   };
   struct TrainerMember {
     std::string host;
@@ -134,6 +139,7 @@ class Master {
     Clock::time_point stepped_at;
     bool done = false;
     nlohmann::json report;
+    std::string routing_id;  // as PsMember's
   };
   struct Progress {
     int reported = 0;
@@ -231,6 +237,13 @@ class Master {
   // Whether a request comes from the trainer that holds its rank now.
   // REQUIRES: mu_ held.
   Status CheckTrainer(const TrainerId& trainer) const;
+  // And that `sender` is that trainer's own connection. REQUIRES: mu_ held.
+  Status CheckTrainer(const TrainerId& trainer, const Responder& sender) const;
+  // Whether `sender` is a trainer of this job (the rendezvous store is theirs).
+  bool IsTrainerConnection(const Responder& sender) const;  // REQUIRES: mu_ held
+  // Each trainer's connection by rank ("" for a free rank), for the servers,
+  // which serve only these (CREATE_SHARDS, PROMOTE). Takes mu_.
+  nlohmann::json TrainerConnections() const;
   std::string DescribeServer(int member) const;  // REQUIRES: mu_ held
   // A running trainer that finished no step for runtime.stall_timeout_ms,
   // as an error naming it; OK when none. REQUIRES: mu_ held.

@@ -125,11 +125,13 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
   }
   const json job_json = job_.ToJson();
   const json plan_json = plan.ToJson();
+  const json trainers = TrainerConnections();
   // Every server creates (and restores) its shards at once: the pause is
   // the slowest server's, not the sum.
   std::vector<json> bodies;
   for (size_t rank = 0; rank < members.size(); ++rank) {
-    json body = {{"job", job_json}, {"plan", plan_json}, {"rank", rank}};
+    json body = {{"job", job_json}, {"plan", plan_json}, {"rank", rank}, {"trainers", trainers}};
+    if (!options_.dump_dir.empty()) body["dump_dir"] = options_.dump_dir;
     if (!from.restore.is_null()) body["restore"] = from.restore;
     // A change at a boundary: what a server keeps need not be reloaded.
     if (from.live) body["keep"] = true;
@@ -274,7 +276,10 @@ Status Master::PromoteBackups(int member, const Status& why) {
   }
   std::cout << "[master] lost " << why.message() << "; its shards' backups take over (no rollback)" << std::endl;
   std::vector<json> bodies;
-  for (size_t rank = 0; rank < members.size(); ++rank) bodies.push_back({{"plan", plan.ToJson()}, {"rank", rank}});
+  const json trainers = TrainerConnections();
+  for (size_t rank = 0; rank < members.size(); ++rank) {
+    bodies.push_back({{"plan", plan.ToJson()}, {"rank", rank}, {"trainers", trainers}});
+  }
   const auto replies = AwaitServerCalls(StartServerCalls(members, Opcode::kPromote, bodies, milliseconds(30000)));
   Status st;
   for (size_t rank = 0; rank < members.size() && st.ok(); ++rank) {

@@ -13,9 +13,44 @@ namespace tessera {
 
 using nlohmann::json;
 
+namespace {
+
+// Whether `sender` may speak as `who`, a member of role `role` that
+// registered from the connection `bound`: with keys, its connection must
+// hold that role's key; always, it must be the connection the member
+// registered from.
+Status CheckSender(const Responder& sender, Role role, const std::string& bound, const std::string& who) {
+  const char* op = OpcodeName(sender.request_header().op);
+  if (sender.peer_role() != Role::kNone && sender.peer_role() != role) {
+    return Status::PermissionDenied(std::string(op) + " for " + who + " from a connection with the " +
+                                    RoleName(sender.peer_role()) + " key: refused");
+  }
+  if (sender.routing_id() != bound) {
+    return Status::PermissionDenied(std::string(op) + " for " + who +
+                                    " from a connection it did not register from: refused");
+  }
+  return Status::OK();
+}
+
+// The role a REGISTER's body claims, for the key check.
+Role RegisteringRole(const RegisterRequest& req) { return req.role == "ps" ? Role::kPs : Role::kTrainer; }
+
+}  // namespace
+
 void Master::Handle(Message&& m, Responder r) {
   const Opcode op = m.header.op;
   if (op == Opcode::kStoreSet || op == Opcode::kStoreGet) {
+    // The trainers' rendezvous (Gloo's peers' addresses): theirs alone.
+    bool trainer;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      trainer = IsTrainerConnection(r);
+    }
+    if (!trainer) {
+      r.ReplyError(Status::PermissionDenied(std::string(OpcodeName(op)) + " from a connection that is not a "
+                                            "registered trainer's: refused"));
+      return;
+    }
     if (m.frames.empty() || m.frames.size() > 2 || (op == Opcode::kStoreSet) != (m.frames.size() == 2)) {
       r.ReplyError(Status::InvalidArgument("store request: expected Key [Value] frames"));
       return;
@@ -59,6 +94,11 @@ void Master::Handle(Message&& m, Responder r) {
 }
 
 void Master::HandleRegister(const RegisterRequest& req, Responder& r) {
+  if (r.peer_role() != Role::kNone && r.peer_role() != RegisteringRole(req)) {
+    r.ReplyError(Status::PermissionDenied(std::string("a connection with the ") + RoleName(r.peer_role()) +
+                                          " key may not register as a " + RoleName(RegisteringRole(req))));
+    return;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ == State::kDone || state_ == State::kAborted) {
     r.ReplyError(Status::FailedPrecondition("the job has ended"));
@@ -88,8 +128,10 @@ void Master::HandleRegister(const RegisterRequest& req, Responder& r) {
     m.memory_bytes = req.memory_bytes;
     m.pid = req.pid;
     m.last_seen = Clock::now();
+    m.routing_id = r.routing_id();
     const int id = next_ps_id_++;
     reply.rank = id;
+    reply.master_client = client_->routing_id();
     LOG(INFO) << "parameter server " << id << " registered: " << m.endpoint << " (host " << m.host << ", pid " << m.pid
               << ")" << (started ? "; it joins the running job at the next step boundary" : "");
     ps_[id] = std::move(m);
@@ -124,6 +166,7 @@ void Master::HandleRegister(const RegisterRequest& req, Responder& r) {
     m.last_seen = Clock::now();
     m.incarnation = next_incarnation_++;
     m.stepped_at = m.last_seen;
+    m.routing_id = r.routing_id();
     LOG(INFO) << "trainer " << rank << " registered (host " << m.host << ", pid " << m.pid << ")"
               << (state_ == State::kWaiting ? "" : " in place of the lost one");
     reply.incarnation = m.incarnation;
@@ -155,10 +198,15 @@ void Master::HandleHeartbeat(const HeartbeatRequest& req, Responder& r) {
       r.ReplyError(Status::NotFound("ps " + std::to_string(req.rank) + " is not a member of this job"));
       return;
     }
+    if (Status sender = CheckSender(r, Role::kPs, it->second.routing_id, "ps " + std::to_string(req.rank));
+        !sender.ok()) {
+      r.ReplyError(sender);
+      return;
+    }
     it->second.last_seen = now;
     if (!req.stats.is_null()) it->second.stats = req.stats;
   } else {
-    if (Status member = CheckTrainer(TrainerId{req.rank, req.incarnation}); !member.ok()) {
+    if (Status member = CheckTrainer(TrainerId{req.rank, req.incarnation}, r); !member.ok()) {
       r.ReplyError(member);
       return;
     }
@@ -194,7 +242,7 @@ void Master::HandleHeartbeat(const HeartbeatRequest& req, Responder& r) {
 
 void Master::HandleWaitStart(const WaitStartRequest& req, Responder& r) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (Status member = CheckTrainer(req.trainer); !member.ok()) {
+  if (Status member = CheckTrainer(req.trainer, r); !member.ok()) {
     r.ReplyError(member);
     return;
   }
@@ -221,7 +269,44 @@ Status Master::CheckTrainer(const TrainerId& trainer) const {
   return Status::OK();
 }
 
+Status Master::CheckTrainer(const TrainerId& trainer, const Responder& sender) const {
+  TESSERA_RETURN_IF_ERROR(CheckTrainer(trainer));
+  return CheckSender(sender, Role::kTrainer, trainers_[trainer.rank]->routing_id,
+                     "trainer " + std::to_string(trainer.rank));
+}
+
+bool Master::IsTrainerConnection(const Responder& sender) const {
+  if (sender.peer_role() != Role::kNone && sender.peer_role() != Role::kTrainer) return false;
+  for (const auto& t : trainers_) {
+    if (t && t->routing_id == sender.routing_id()) return true;
+  }
+  return false;
+}
+
+json Master::TrainerConnections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  json ids = json::array();
+  for (const auto& t : trainers_) ids.push_back(t ? RoutingIdToText(t->routing_id) : std::string());
+  return ids;
+}
+
 void Master::HandleCommand(const Command& command, Responder& r) {
+  // An operator's order (with keys: only the operator key's holder), or a
+  // server asking to leave (remove_ps of itself, from its own connection).
+  bool allowed = r.peer_role() == Role::kOperator;
+  if (!allowed && command.command == "remove_ps") {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = ps_.find(command.ps);
+    allowed = it != ps_.end() && CheckSender(r, Role::kPs, it->second.routing_id, "").ok();
+  }
+  // Without keys no one can prove to be the operator: commands are open,
+  // as everything else on a plain socket is to whoever reaches it.
+  if (!allowed && r.peer_role() == Role::kNone && !options_.keys) allowed = true;
+  if (!allowed) {
+    r.ReplyError(Status::PermissionDenied("COMMAND " + command.command +
+                                          ": only the operator (--keys with operator.secret) may give it"));
+    return;
+  }
   Status st;
   const std::string why = command.why.empty() ? "requested by a COMMAND" : command.why;
   if (command.command == "checkpoint") {
@@ -240,7 +325,7 @@ void Master::HandleReportDone(const ReportDone& done, Responder& r) {
   const int rank = done.trainer.rank;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (Status member = CheckTrainer(done.trainer); !member.ok()) {
+    if (Status member = CheckTrainer(done.trainer, r); !member.ok()) {
       r.ReplyError(member);
       return;
     }
@@ -276,7 +361,7 @@ void Master::HandleCheckpointBarrier(Message&& m, Responder r) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (Status member = CheckTrainer(req->trainer); !member.ok()) {
+    if (Status member = CheckTrainer(req->trainer, r); !member.ok()) {
       r.ReplyError(member);
       return;
     }

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
@@ -13,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/control_messages.h"
+#include "common/job_keys.h"
 #include "common/messages.h"
 #include "master/master_test_util.h"
 
@@ -144,6 +148,92 @@ TEST(MasterHandlersTest, DamagedRequestsAreAnsweredAndTheMasterKeepsServing) {
   auto state = DecodeJson(*beat);
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_EQ(state->value("state", ""), "waiting");
+}
+
+// Who may say what to the master (docs/design.md §5.1): each member only
+// from the connection it registered from, with its role's key; commands
+// only with the operator's key.
+TEST(MasterHandlersTest, MembersSpeakOnlyForThemselvesAndOnlyTheOperatorCommands) {
+  char tmpl[] = "/tmp/tessera_master_keys_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_TRUE(JobKeys::Write(dir + "/keys").ok());
+  auto keys = [&](Role role) { return JobKeys::Load(dir + "/keys", role).value(); };
+  JobConfig job;
+  job.cluster.num_ps = 1;
+  job.cluster.num_trainers = 2;
+  auto m = StartServingMaster(job, keys(Role::kMaster), keys(Role::kTrainer));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string endpoint = m->master->endpoint();
+  // Another client of each role, on connections of their own.
+  auto other_trainer = RpcClient::Create(keys(Role::kTrainer)).value();
+  auto server = RpcClient::Create(keys(Role::kPs)).value();
+  auto operator_client = RpcClient::Create(keys(Role::kOperator)).value();
+  const int other_peer = other_trainer->Connect(endpoint, Role::kMaster).value();
+  const int server_peer = server->Connect(endpoint, Role::kMaster).value();
+  const int operator_peer = operator_client->Connect(endpoint, Role::kMaster).value();
+  auto call = [](RpcClient* c, int peer, Opcode op, const json& body) {
+    return c->CallSync(peer, EncodeJson(op, body), milliseconds(5000)).status();
+  };
+
+  // Trainer 0 registers from the fixture's client.
+  auto registered = m->client->CallSync(
+      m->peer, EncodeJson(Opcode::kRegister, {{"role", "trainer"}, {"rank", 0}, {"world", 2}}), milliseconds(5000));
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  const int64_t incarnation = DecodeJson(*registered)->value("incarnation", int64_t{-1});
+  const json trainer0 = {{"role", "trainer"}, {"rank", 0}, {"incarnation", incarnation}};
+  const json done0 = {{"rank", 0}, {"incarnation", incarnation}, {"ok", true}};
+
+  // Its own connection: served.
+  EXPECT_TRUE(call(m->client.get(), m->peer, Opcode::kHeartbeat, trainer0).ok());
+  // Another trainer's connection, the same key: refused, and nothing changes.
+  EXPECT_EQ(call(other_trainer.get(), other_peer, Opcode::kHeartbeat, trainer0).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(call(other_trainer.get(), other_peer, Opcode::kReportDone, done0).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(call(server.get(), server_peer, Opcode::kReportDone, done0).code(), StatusCode::kPermissionDenied);
+  // Only trainers register as trainers, servers as servers.
+  EXPECT_EQ(call(server.get(), server_peer, Opcode::kRegister, {{"role", "trainer"}, {"rank", 1}, {"world", 2}}).code(),
+            StatusCode::kPermissionDenied);
+  const json ps_registration = {{"role", "ps"}, {"endpoint", "tcp://127.0.0.1:1"}, {"host", "h"}, {"pid", 7}};
+  EXPECT_EQ(call(other_trainer.get(), other_peer, Opcode::kRegister, ps_registration).code(),
+            StatusCode::kPermissionDenied);
+  auto ps = server->CallSync(server_peer, EncodeJson(Opcode::kRegister, ps_registration), milliseconds(5000));
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  auto ps_reply = RegisterReply::Parse(*DecodeJson(*ps));
+  ASSERT_TRUE(ps_reply.ok()) << ps_reply.status();
+  EXPECT_EQ(ps_reply->master_client.size(), 16u);  // the master's own connection, for the server
+  const json ps0 = {{"role", "ps"}, {"rank", ps_reply->rank}};
+  EXPECT_TRUE(call(server.get(), server_peer, Opcode::kHeartbeat, ps0).ok());
+  EXPECT_EQ(call(m->client.get(), m->peer, Opcode::kHeartbeat, ps0).code(), StatusCode::kPermissionDenied);
+  // The rendezvous store is the registered trainers'.
+  Message set(Opcode::kStoreSet);
+  set.AddString("k");
+  set.AddString("v");
+  EXPECT_EQ(other_trainer->CallSync(other_peer, std::move(set), milliseconds(5000)).status().code(),
+            StatusCode::kPermissionDenied);
+  Message own_set(Opcode::kStoreSet);
+  own_set.AddString("k");
+  own_set.AddString("v");
+  EXPECT_TRUE(m->client->CallSync(m->peer, std::move(own_set), milliseconds(5000)).ok());
+
+  // Commands: the operator's key (the job has no checkpoint.dir, so the
+  // order itself fails, but it was heard), or a server removing itself.
+  const json checkpoint = {{"command", "checkpoint"}};
+  EXPECT_EQ(call(operator_client.get(), operator_peer, Opcode::kCommand, checkpoint).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(call(m->client.get(), m->peer, Opcode::kCommand, checkpoint).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(call(server.get(), server_peer, Opcode::kCommand, {{"command", "remove_ps"}, {"ps", ps_reply->rank + 1}})
+                .code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_NE(call(server.get(), server_peer, Opcode::kCommand, {{"command", "remove_ps"}, {"ps", ps_reply->rank}}).code(),
+            StatusCode::kPermissionDenied);
+
+  // Trainer 0's own report is taken.
+  EXPECT_TRUE(call(m->client.get(), m->peer, Opcode::kReportDone, done0).ok());
+  other_trainer.reset();
+  server.reset();
+  operator_client.reset();
+  m->client.reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

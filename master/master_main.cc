@@ -12,6 +12,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "common/job_keys.h"
 #include "common/control_messages.h"
 #include "common/messages.h"
 #include "common/rpc_client.h"
@@ -19,6 +20,9 @@
 #include "master/planner.h"
 #include "master/storage_summary.h"
 
+DEFINE_string(keys, "", "The job's key folder (with --control: the operator's) (scripts/make_job_keys.sh): CURVE on every socket");
+DEFINE_bool(insecure, false, "Run without keys: plain TCP, anyone who reaches a port may give orders");
+DEFINE_string(make_keys, "", "Write a new job's key pairs into this folder and exit (scripts/make_job_keys.sh)");
 DEFINE_string(config, "", "Job config (JSON), see docs/configuration.md");
 DEFINE_string(bind, "tcp://127.0.0.1:5555", "Where to listen (port 0: any free port)");
 DEFINE_string(advertise_host, "", "Host name servers and trainers reach the master by");
@@ -84,10 +88,25 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
 
+  if (!FLAGS_make_keys.empty()) {
+    tessera::Status st = tessera::JobKeys::Write(FLAGS_make_keys);
+    if (!st.ok()) {
+      LOG(ERROR) << "no keys written: " << st;
+      return 1;
+    }
+    std::cout << "wrote the job's keys to " << FLAGS_make_keys << std::endl;
+    return 0;
+  }
   if (!FLAGS_control.empty()) {
     // A one-shot client of a running master.
-    auto client = tessera::RpcClient::Create();
-    auto peer = client.ok() ? (*client)->Connect(FLAGS_master) : tessera::StatusOr<int>(client.status());
+    auto keys = tessera::KeysFromFlags(FLAGS_keys, FLAGS_insecure, tessera::Role::kOperator);
+    if (!keys.ok()) {
+      LOG(ERROR) << "--control: " << keys.status();
+      return 1;
+    }
+    auto client = tessera::RpcClient::Create(*keys);
+    auto peer =
+        client.ok() ? (*client)->Connect(FLAGS_master, tessera::Role::kMaster) : tessera::StatusOr<int>(client.status());
     if (!peer.ok()) {
       LOG(ERROR) << "cannot reach the master: " << peer.status();
       return 1;
@@ -160,7 +179,17 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+  auto keys = tessera::KeysFromFlags(FLAGS_keys, FLAGS_insecure, tessera::Role::kMaster);
+  if (!keys.ok()) {
+    LOG(ERROR) << "master failed to start: " << keys.status();
+    return 1;
+  }
+  if (!*keys) {
+    LOG(WARNING) << tessera::kInsecureWarning;
+    std::cout << "[master] " << tessera::kInsecureWarning << std::endl;
+  }
   tessera::MasterOptions options;
+  options.keys = *keys;
   options.bind_address = FLAGS_bind;
   options.advertise_host = FLAGS_advertise_host;
   options.register_timeout_ms = FLAGS_register_timeout_ms;
@@ -177,7 +206,8 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "master failed to start: " << master.status();
     return 1;
   }
-  std::cout << "[master] listening on " << (*master)->endpoint() << std::endl;
+  std::cout << "[master] listening on " << (*master)->endpoint()
+            << (*keys ? " (CURVE: encrypted, the job's keys only)" : " (INSECURE: plain TCP)") << std::endl;
   if (!FLAGS_endpoint_file.empty()) {
     const std::string tmp = FLAGS_endpoint_file + ".tmp";
     std::ofstream(tmp) << (*master)->endpoint() << "\n";
@@ -187,6 +217,7 @@ int main(int argc, char** argv) {
   auto summary = (*master)->Run();
   if (!summary.ok()) {
     std::cout << "[master] JOB FAILED: " << summary.status() << std::endl;
+    if (!*keys) std::cout << "[master] " << tessera::kInsecureWarning << std::endl;
     if (!FLAGS_summary_file.empty()) {
       std::ofstream(FLAGS_summary_file) << nlohmann::json{{"ok", false}, {"error", summary.status().ToString()}}.dump(2);
     }
@@ -202,6 +233,7 @@ int main(int argc, char** argv) {
   }
   if (s.contains("storage")) std::cout << tessera::FormatStorageSummary(s["storage"]);
   if (s.contains("eval")) std::cout << "[master]   eval: " << s["eval"].dump() << "\n";
+  if (!*keys) std::cout << "[master] " << tessera::kInsecureWarning << "\n";
   std::cout << std::flush;
   if (!FLAGS_summary_file.empty()) std::ofstream(FLAGS_summary_file) << s.dump(2) << "\n";
   return 0;

@@ -17,11 +17,17 @@ struct ServingMaster {
   int peer = -1;                      // the master in client
 };
 
-inline StatusOr<ServingMaster> StartServingMaster(const JobConfig& job) {
+// With `keys` (the master's), the master and the client (with
+// `client_keys`, which may be another role's) speak CURVE.
+inline StatusOr<ServingMaster> StartServingMaster(const JobConfig& job,
+                                                  std::shared_ptr<const JobKeys> keys = nullptr,
+                                                  std::shared_ptr<const JobKeys> client_keys = nullptr) {
   ServingMaster s;
-  TESSERA_ASSIGN_OR_RETURN(s.master, Master::Start(MasterOptions{}, job));
-  TESSERA_ASSIGN_OR_RETURN(s.client, RpcClient::Create());
-  TESSERA_ASSIGN_OR_RETURN(s.peer, s.client->Connect(s.master->endpoint()));
+  MasterOptions options;
+  options.keys = std::move(keys);
+  TESSERA_ASSIGN_OR_RETURN(s.master, Master::Start(options, job));
+  TESSERA_ASSIGN_OR_RETURN(s.client, RpcClient::Create(client_keys));
+  TESSERA_ASSIGN_OR_RETURN(s.peer, s.client->Connect(s.master->endpoint(), Role::kMaster));
   return s;
 }
 

@@ -30,11 +30,11 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Paramete
   ps->service_ = std::make_unique<PsService>(service_options);
   PsService* service = ps->service_.get();
   TESSERA_ASSIGN_OR_RETURN(
-      ps->server_, RpcServer::Start(RpcServerOptions{options.bind_address, options.threads},
+      ps->server_, RpcServer::Start(RpcServerOptions{options.bind_address, options.threads, options.keys},
                                     [service](Message&& m, Responder r) { service->Handle(std::move(m), std::move(r)); }));
   ps->endpoint_ = ReplaceEndpointHost(ps->server_->endpoint(), options.advertise_host);
-  TESSERA_ASSIGN_OR_RETURN(ps->client_, RpcClient::Create());
-  TESSERA_ASSIGN_OR_RETURN(ps->master_peer_, ps->client_->Connect(options.master));
+  TESSERA_ASSIGN_OR_RETURN(ps->client_, RpcClient::Create(options.keys));
+  TESSERA_ASSIGN_OR_RETURN(ps->master_peer_, ps->client_->Connect(options.master, Role::kMaster));
   return ps;
 }
 
@@ -63,6 +63,7 @@ Status ParameterServer::Register() {
   master_reconnect_ms_ = reply.master_reconnect_ms;
   master_id_ = reply.master_id;
   service_->set_rank(rank_);
+  service_->set_master(reply.master_client);
   LOG(INFO) << "registered with the master " << options_.master << " as ps " << rank_ << " (" << endpoint_ << ")";
   return Status::OK();
 }

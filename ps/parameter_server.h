@@ -17,6 +17,8 @@
 namespace tessera {
 
 struct ParameterServerOptions {
+  // The job's CURVE keys (common/job_keys.h); null: plain TCP (--insecure).
+  std::shared_ptr<const JobKeys> keys;
   // The master's address, "tcp://host:port".
   std::string master;
   // Where to listen; port 0 picks a free one.

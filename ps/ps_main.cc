@@ -15,6 +15,8 @@
 #include "ps/parameter_server.h"
 #include "ps/store_factory.h"
 
+DEFINE_string(keys, "", "The job's key folder (scripts/make_job_keys.sh): CURVE on every socket");
+DEFINE_bool(insecure, false, "Run without keys: plain TCP, anyone who reaches a port may give orders");
 DEFINE_string(master, "", "The master's address, tcp://HOST:PORT");
 DEFINE_string(bind, "tcp://127.0.0.1:0", "Where to listen (port 0: any free port)");
 DEFINE_string(advertise_host, "", "Host name trainers reach this server by (default: the bind host)");
@@ -65,6 +67,13 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "parameter server failed to start: " << gpu;
     return 1;
   }
+  auto keys = tessera::KeysFromFlags(FLAGS_keys, FLAGS_insecure, tessera::Role::kPs);
+  if (!keys.ok()) {
+    LOG(ERROR) << "parameter server failed to start: " << keys.status();
+    return 1;
+  }
+  if (!*keys) LOG(WARNING) << tessera::kInsecureWarning;
+  options.keys = *keys;
   options.master = FLAGS_master;
   options.bind_address = FLAGS_bind;
   options.advertise_host = FLAGS_advertise_host;

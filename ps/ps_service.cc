@@ -8,6 +8,7 @@
 #include <glog/logging.h>
 #include <nlohmann/json.hpp>
 
+#include "common/control_messages.h"
 #include "common/param_file.h"
 #include "kernels/dedup.h"
 
@@ -34,7 +35,9 @@ PsService::PsService(PsServiceOptions options)
       store_factory_(options.store_factory),
       before_control_(options.before_control),
       stores_named_by_id_(options.stores_named_by_id),
-      shards_(std::make_shared<ShardMap>()), last_expiry_(Clock::now()) {}
+      shards_(std::make_shared<ShardMap>()),
+      open_to_any_sender_(options.open_to_any_sender),
+      last_expiry_(Clock::now()) {}
 
 PsService::~PsService() { Abort(Status::Cancelled("parameter server shutting down")); }
 
@@ -45,6 +48,113 @@ uint32_t PsService::plan_version() const {
 
 void PsService::set_rank(int rank) {
   ps_rank_ = rank;
+}
+
+void PsService::set_master(std::string routing_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  master_ = std::move(routing_id);
+}
+
+Status PsService::CheckMaster(const Responder& r) const {
+  if (open_to_any_sender_) return Status::OK();
+  const char* op = OpcodeName(r.request_header().op);
+  if (r.peer_role() != Role::kNone && r.peer_role() != Role::kMaster) {
+    return Status::PermissionDenied(std::string(op) + " from a connection with the " + RoleName(r.peer_role()) +
+                                    " key: only the master gives a server orders");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (master_.empty() || r.routing_id() != master_) {
+    return Status::PermissionDenied(std::string(op) + " from a connection that is not the master's: refused");
+  }
+  return Status::OK();
+}
+
+Status PsService::CheckTrainerLocked(uint32_t trainer, const Responder& r) const {
+  if (open_to_any_sender_) return Status::OK();
+  const char* op = OpcodeName(r.request_header().op);
+  if (r.peer_role() != Role::kNone && r.peer_role() != Role::kTrainer) {
+    return Status::PermissionDenied(std::string(op) + " from a connection with the " + RoleName(r.peer_role()) +
+                                    " key: only trainers look rows up and push gradients");
+  }
+  if (trainer >= trainers_.size() || trainers_[trainer].empty() || r.routing_id() != trainers_[trainer]) {
+    return Status::PermissionDenied(std::string(op) + " for trainer " + std::to_string(trainer) +
+                                    " from a connection that is not that trainer's in this plan: refused");
+  }
+  return Status::OK();
+}
+
+namespace {
+
+// The "trainers" of a CREATE_SHARDS or PROMOTE body: each rank's connection,
+// "" for a rank with no trainer now. Without the list no trainer is served.
+StatusOr<std::vector<std::string>> ParseTrainers(const json& body) {
+  std::vector<std::string> trainers;
+  const json* list = body.contains("trainers") ? &body.at("trainers") : nullptr;
+  if (list != nullptr && !list->is_array()) return Status::InvalidArgument("trainers: must be an array");
+  if (list != nullptr) {
+    for (const json& t : *list) {
+      if (!t.is_string()) return Status::InvalidArgument("trainers: must hold strings");
+      const std::string text = t.get<std::string>();
+      if (text.empty()) {
+        trainers.emplace_back();  // a rank with no trainer now
+        continue;
+      }
+      TESSERA_ASSIGN_OR_RETURN(std::string id, RoutingIdFromText(text));
+      trainers.push_back(std::move(id));
+    }
+  }
+  return trainers;
+}
+
+}  // namespace
+
+namespace {
+
+// Whether `path` lies strictly inside `root`, by their names (no "..").
+bool Inside(const std::string& path, const std::string& root) {
+  if (root.empty() || path.empty()) return false;
+  const auto p = std::filesystem::path(path).lexically_normal();
+  const auto r = std::filesystem::path(root).lexically_normal();
+  const auto rel = p.lexically_relative(r);
+  return !rel.empty() && rel != "." && *rel.begin() != "..";
+}
+
+}  // namespace
+
+Status PsService::CheckSnapshotRequest(const std::string& dir, int64_t step) const {
+  if (open_to_any_sender_) return Status::OK();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!job_) return Status::FailedPrecondition("SNAPSHOT: no shards created on this server yet");
+  if (!Inside(dir, job_->checkpoint.dir)) {
+    return Status::PermissionDenied("SNAPSHOT into " + dir + ": not inside the job's checkpoint.dir '" +
+                                    job_->checkpoint.dir + "'");
+  }
+  // Sync: the trainers at the boundary `step` have had step - 2 applied
+  // (they looked up step - 1), so a step beyond the next to apply plus one
+  // is one no trainer can be at; it would only wait.
+  const uint64_t next = gate_.applied_steps();
+  if (step < 0 || (job_->training.consistency == Consistency::kSync && static_cast<uint64_t>(step) > next + 1)) {
+    return Status::InvalidArgument("SNAPSHOT at step " + std::to_string(step) +
+                                   ": a step the trainers cannot be at (this server applies step " +
+                                   std::to_string(next) + " next)");
+  }
+  return Status::OK();
+}
+
+Status PsService::CheckDumpRequest(const std::string& dir) const {
+  if (open_to_any_sender_) return Status::OK();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (dump_dir_.empty() || std::filesystem::path(dir).lexically_normal() !=
+                               std::filesystem::path(dump_dir_).lexically_normal()) {
+    return Status::PermissionDenied("DUMP_SHARDS into " + dir + ": not the job's --dump_dir" +
+                                    (dump_dir_.empty() ? std::string(" (it has none)") : " (" + dump_dir_ + ")"));
+  }
+  return Status::OK();
+}
+
+void PsService::set_trainers(std::vector<std::string> routing_ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  trainers_ = std::move(routing_ids);
 }
 
 std::shared_ptr<const PsService::ShardMap> PsService::Shards() const {
@@ -212,6 +322,11 @@ void PsService::Handle(Message&& request, Responder responder) {
       HandlePush(std::move(request), std::move(responder));
       return;
     default:
+      if (Status sender = CheckMaster(responder); !sender.ok()) {
+        ++errors_;
+        responder.ReplyError(sender);
+        return;
+      }
       if (before_control_) before_control_(request.header.op);
       HandleControl(std::move(request), std::move(responder));
   }
@@ -227,6 +342,11 @@ void PsService::HandleLookup(Message&& m, Responder r) {
   }
   LookupRequest req = std::move(decoded).value();
   std::unique_lock<std::mutex> lock(mu_);
+  if (Status sender = CheckTrainerLocked(req.meta.trainer, r); !sender.ok()) {
+    ++errors_;
+    r.ReplyError(sender);
+    return;
+  }
   if (Status failure = gate_.failure(); !failure.ok()) {
     r.ReplyError(failure);
     return;
@@ -439,6 +559,11 @@ void PsService::HandlePush(Message&& m, Responder r) {
   bool sync = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (Status sender = CheckTrainerLocked(trainer, r); !sender.ok()) {
+      ++errors_;
+      r.ReplyError(sender);
+      return;
+    }
     if (Status failure = gate_.failure(); !failure.ok()) {
       r.ReplyError(failure);
       return;
@@ -644,10 +769,20 @@ void PsService::HandleControl(Message&& m, Responder r) {
           }
           set_rank(rank);
         }
+        auto trainers = ParseTrainers(*body);
+        if (!trainers.ok()) {
+          r.ReplyError(trainers.status().WithContext("CREATE_SHARDS"));
+          return;
+        }
         Status st = CreateShards(*job, *plan, body->value("restore", json()), body->value("keep", false));
         if (!st.ok()) {
           r.ReplyError(st);
           return;
+        }
+        set_trainers(std::move(trainers).value());
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          dump_dir_ = body->value("dump_dir", std::string());
         }
         r.ReplyOk();
         return;
@@ -664,16 +799,28 @@ void PsService::HandleControl(Message&& m, Responder r) {
                                                std::to_string(plan->num_ps) + " servers"));
           return;
         }
+        auto trainers = ParseTrainers(*body);
+        if (!trainers.ok()) {
+          r.ReplyError(trainers.status().WithContext("PROMOTE"));
+          return;
+        }
         Status st = Promote(*plan, rank);
         if (!st.ok()) {
           r.ReplyError(st);
           return;
         }
+        set_trainers(std::move(trainers).value());
         r.ReplyOk();
         return;
       }
       case Opcode::kDumpShards: {
-        auto files = DumpShards(body->at("dir").get<std::string>());
+        const std::string dir = body->at("dir").get<std::string>();
+        if (Status where = CheckDumpRequest(dir); !where.ok()) {
+          ++errors_;
+          r.ReplyError(where);
+          return;
+        }
+        auto files = DumpShards(dir);
         if (!files.ok()) {
           r.ReplyError(files.status());
           return;
@@ -682,7 +829,14 @@ void PsService::HandleControl(Message&& m, Responder r) {
         return;
       }
       case Opcode::kSnapshot: {
-        auto shards = Snapshot(body->at("dir").get<std::string>(), body->at("step").get<int64_t>());
+        const std::string dir = body->at("dir").get<std::string>();
+        const int64_t step = body->at("step").get<int64_t>();
+        if (Status request = CheckSnapshotRequest(dir, step); !request.ok()) {
+          ++errors_;
+          r.ReplyError(request);
+          return;
+        }
+        auto shards = Snapshot(dir, step);
         if (!shards.ok()) {
           r.ReplyError(shards.status());
           return;

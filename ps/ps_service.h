@@ -21,6 +21,13 @@
 // Bad input (unknown shard, id outside the shard, NaN gradient, shapes that
 // disagree with the context) is answered with an error and changes nothing.
 //
+// Who may ask (docs/design.md, "Who may say what"): control requests only
+// the master's connection (learned at registration, set_master), lookups and
+// pushes for trainer r only trainer r's connection in the current plan (sent
+// with CREATE_SHARDS and PROMOTE). With the job's keys, the connection must
+// also hold the master's or a trainer's key. Anything else is refused
+// PERMISSION_DENIED and changes nothing.
+//
 // Thread safety: all methods may be called from any thread concurrently.
 // Locks: mu_ before the gate's.
 #pragma once
@@ -62,6 +69,9 @@ struct PsServiceOptions {
   // Fault injection for tests: called with each control request's opcode
   // before it is handled (main() may end the process there).
   std::function<void(Opcode)> before_control;
+  // Serve any connection, as if it were the master or any trainer. For
+  // tests that drive the service without a master; a server of a job never.
+  bool open_to_any_sender = false;
 };
 
 class PsService {
@@ -106,6 +116,9 @@ class PsService {
 
   // The rank is assigned by the master at registration.
   void set_rank(int rank);
+  // The master's connection (RpcClient::routing_id() of its client), given
+  // in the registration reply; until then no control request is obeyed.
+  void set_master(std::string routing_id);
   // The version of the plan the shards follow (0: none yet).
   uint32_t plan_version() const;
 
@@ -133,6 +146,21 @@ class PsService {
   void HandleLookup(Message&& m, Responder r);
   void HandlePush(Message&& m, Responder r);
   void HandleControl(Message&& m, Responder r);
+  // PERMISSION_DENIED unless `r` is the master's connection.
+  Status CheckMaster(const Responder& r) const;
+  // PERMISSION_DENIED unless `r` is trainer `trainer`'s connection in the
+  // current plan. REQUIRES: mu_ held.
+  Status CheckTrainerLocked(uint32_t trainer, const Responder& r) const;
+  // Whether SNAPSHOT (dir, step) and DUMP_SHARDS (dir) ask for what this
+  // server knows the job may ask: a snapshot under the job's checkpoint.dir
+  // at a step the trainers can have reached, a dump into the --dump_dir the
+  // master was started with (sent with CREATE_SHARDS). Not a place or a
+  // step a stranger chose.
+  Status CheckSnapshotRequest(const std::string& dir, int64_t step) const;
+  Status CheckDumpRequest(const std::string& dir) const;
+  // The trainers' connections a plan's CREATE_SHARDS or PROMOTE carries,
+  // taken once the plan is in place.
+  void set_trainers(std::vector<std::string> routing_ids);
 
   // Computes and answers a lookup; stores its context on success.
   void ServeLookup(LookupRequest&& req, Responder r);
@@ -165,6 +193,10 @@ class PsService {
   std::optional<JobConfig> job_;                                          // GUARDED_BY(mu_)
   uint32_t plan_version_ = 0;                                             // GUARDED_BY(mu_)
   std::set<uint32_t> backups_;  // GUARDED_BY(mu_): shards held as another server's backup
+  const bool open_to_any_sender_;
+  std::string master_;                 // GUARDED_BY(mu_): its connection's routing id
+  std::vector<std::string> trainers_;  // GUARDED_BY(mu_): by rank, each one's routing id
+  std::string dump_dir_;               // GUARDED_BY(mu_): the job's --dump_dir ("" none)
   // Backward contexts one trainer may hold open at once (lookups whose push
   // has not come); more are refused.
   static constexpr size_t kMaxContextsPerTrainer = 64;

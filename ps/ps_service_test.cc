@@ -12,6 +12,8 @@
 #include <random>
 #include <thread>
 
+#include "common/control_messages.h"
+#include "common/messages.h"
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
 #include "kernels/row_init.h"
@@ -42,7 +44,10 @@ JobConfig MakeJob(const std::string& consistency, int trainers) {
 
 class PsServiceTest : public ::testing::Test {
  protected:
-  void Start(const std::string& consistency, int trainers, RowStoreFactory store_factory = nullptr) {
+  // `open`: the service serves any connection (the test is master and
+  // trainers at once); otherwise only those it is told of.
+  void Start(const std::string& consistency, int trainers, RowStoreFactory store_factory = nullptr,
+             bool open = true) {
     job_ = MakeJob(consistency, trainers);
     // Every table whole on server 0: shard id = table index.
     plan_ = ShardingPlan{};
@@ -56,7 +61,9 @@ class PsServiceTest : public ::testing::Test {
       plan_.shards.push_back(s);
       plan_.tables.push_back(TablePlan{t, ShardingType::kTableWise, {static_cast<uint32_t>(t)}});
     }
-    service_ = std::make_unique<PsService>(PsServiceOptions{0, std::move(store_factory)});
+    PsServiceOptions options{0, std::move(store_factory)};
+    options.open_to_any_sender = open;
+    service_ = std::make_unique<PsService>(options);
     Status created = service_->CreateShards(job_, plan_);
     ASSERT_TRUE(created.ok()) << created;
     auto server = RpcServer::Start(RpcServerOptions{"tcp://127.0.0.1:0", 2}, [this](Message&& m, Responder r) {
@@ -141,6 +148,82 @@ class PsServiceTest : public ::testing::Test {
   int peer_ = -1;
   std::string dir_;  // of the RocksDB tier, when there is one
 };
+
+// Who may ask a server (docs/design.md §5.1): orders only the master's
+// connection, lookups and pushes for trainer r only trainer r's connection
+// of the plan; a snapshot only inside checkpoint.dir at a step the trainers
+// can be at, a dump only into the job's --dump_dir. Refusals change nothing.
+TEST_F(PsServiceTest, OnlyTheMasterGivesOrdersAndOnlyThePlansTrainersLookUpAndPush) {
+  Start("sync", 2, nullptr, /*open=*/false);
+  const std::string dir = ::testing::TempDir() + "ps_service_auth_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  auto master = std::move(RpcClient::Create()).value();
+  auto trainer1 = std::move(RpcClient::Create()).value();
+  const int master_peer = *master->Connect(server_->endpoint());
+  const int trainer1_peer = *trainer1->Connect(server_->endpoint());
+  auto from = [](RpcClient* c, int peer, Message m) { return c->CallSync(peer, std::move(m), milliseconds(5000)); };
+  auto stats = [] { return EncodeJson(Opcode::kServerStats, nlohmann::json::object()); };
+  const auto denied = StatusCode::kPermissionDenied;
+
+  // Told of no one yet: no one is obeyed or served.
+  EXPECT_EQ(from(master.get(), master_peer, stats()).status().code(), denied);
+  EXPECT_EQ(Call(Lookup(0, 0, {{1}})).status().code(), denied);
+  service_->set_master(master->routing_id());
+  EXPECT_TRUE(from(master.get(), master_peer, stats()).ok());
+  EXPECT_EQ(Call(stats()).status().code(), denied);
+  for (Opcode op : {Opcode::kShutdown, Opcode::kAbort}) {
+    EXPECT_EQ(Call(EncodeJson(op, nlohmann::json::object())).status().code(), denied) << OpcodeName(op);
+  }
+  EXPECT_FALSE(service_->shutdown_requested());
+
+  // The plan names the trainers' connections: client_ is trainer 0.
+  JobConfig job = job_;
+  job.checkpoint.dir = dir + "/ckpt";
+  const nlohmann::json create = {{"job", job.ToJson()},
+                                 {"plan", plan_.ToJson()},
+                                 {"rank", 0},
+                                 {"trainers", {RoutingIdToText(client_->routing_id()), RoutingIdToText(trainer1->routing_id())}},
+                                 {"dump_dir", dir + "/dump"}};
+  EXPECT_EQ(Call(EncodeJson(Opcode::kCreateShards, create)).status().code(), denied);
+  ASSERT_TRUE(from(master.get(), master_peer, EncodeJson(Opcode::kCreateShards, create)).ok());
+  EXPECT_EQ(Call(Lookup(1, 0, {{1}})).status().code(), denied);  // trainer 0 speaking for trainer 1
+  EXPECT_EQ(from(master.get(), master_peer, Lookup(0, 0, {{1}})).status().code(), denied);
+  ASSERT_TRUE(Call(Lookup(0, 0, {{1}})).ok());
+  ASSERT_TRUE(from(trainer1.get(), trainer1_peer, Lookup(1, 0, {{2}})).ok());
+  EXPECT_EQ(from(trainer1.get(), trainer1_peer, Push(0, 0, 1, 4, {9, 9, 9, 9})).status().code(), denied);
+  ASSERT_TRUE(Call(Push(0, 0, 1, 4, {1, 1, 1, 1})).ok());
+  ASSERT_TRUE(from(trainer1.get(), trainer1_peer, Push(1, 0, 1, 4, {1, 1, 1, 1})).ok());
+  // Step 0 applied once, with trainer 0's own gradient only.
+  auto v = Values(Call(Lookup(0, 1, {{1}})), 4);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_NEAR((*v)[0], Init(0, 1, 0) - 0.5f, 1e-6);
+
+  // Snapshots: inside checkpoint.dir, at a step the trainers can be at.
+  auto snapshot = [&](const std::string& where, int64_t step) {
+    return from(master.get(), master_peer,
+                EncodeJson(Opcode::kSnapshot, {{"dir", where}, {"step", step}})).status();
+  };
+  EXPECT_EQ(snapshot(dir + "/elsewhere", 1).code(), denied);
+  EXPECT_EQ(snapshot(dir + "/ckpt/../escaped", 1).code(), denied);
+  EXPECT_EQ(snapshot(dir + "/ckpt/step-far", 1000000000).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(snapshot(dir + "/ckpt/step-neg", -1).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(snapshot(dir + "/ckpt/step-1/ps0", 1).ok());
+  // Dumps: into the job's --dump_dir only.
+  auto dump = [&](const std::string& where) {
+    return from(master.get(), master_peer, EncodeJson(Opcode::kDumpShards, {{"dir", where}})).status();
+  };
+  EXPECT_EQ(dump(dir + "/other").code(), denied);
+  EXPECT_EQ(dump("/tmp").code(), denied);
+  EXPECT_TRUE(dump(dir + "/dump").ok());
+  EXPECT_TRUE(std::filesystem::exists(dir + "/ckpt/step-1/ps0"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/elsewhere"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/escaped"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt/step-far"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/other"));
+  trainer1.reset();
+  master.reset();
+  std::filesystem::remove_all(dir);
+}
 
 TEST_F(PsServiceTest, LookupPoolsInitialRows) {
   Start("async", 1);

@@ -4,7 +4,7 @@
 #
 #   scripts/launch_local.sh --ps N --trainers M --config job.json --run_dir DIR
 #       [--ps_flags "FLAGS"] [--trainer_flags "FLAGS"] [--timeout_s S] [--max_restarts R]
-#       [-- extra master flags]
+#       [--keys KEYS | --insecure] [-- extra master flags]
 #   scripts/launch_local.sh --run_dir DIR --add_ps N [--ps_flags "FLAGS"]
 #
 # --ps_flags go to every parameter server; {i} in them becomes the server's
@@ -12,6 +12,11 @@
 # --trainer_flags go to every trainer ({r}: its rank), e.g. "--device cuda:{r}".
 # The binaries come from $TESSERA_BUILD_DIR (default build/), or all from one
 # folder with TESSERA_BIN_DIR (a GPU bundle's bin/).
+#
+# Every role gets the job's keys (CURVE: encrypted, and only the job's own
+# processes may connect): new ones written to DIR/keys for each job, or the
+# folder given with --keys. --insecure runs on plain TCP instead, which
+# anyone who can reach the ports may talk to. --add_ps uses what the job uses.
 #
 # DIR receives master.log, ps<i>.log, trainer<r>.log, trainer<r>.jsonl (per-step
 # metrics) and summary.json; while the job runs also master.endpoint and
@@ -60,6 +65,8 @@ PS_FLAGS=""
 TRAINER_FLAGS=""
 MAX_RESTARTS=0
 ADD_PS=""
+KEYS=""
+INSECURE=0
 JOB_ARGS=0  # arguments that only the normal mode takes
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -72,12 +79,14 @@ while [ $# -gt 0 ]; do
     --trainer_flags) TRAINER_FLAGS="$2"; JOB_ARGS=1; shift 2 ;;
     --max_restarts) MAX_RESTARTS="$2"; JOB_ARGS=1; shift 2 ;;
     --add_ps) ADD_PS="$2"; shift 2 ;;
+    --keys) KEYS="$2"; JOB_ARGS=1; shift 2 ;;
+    --insecure) INSECURE=1; JOB_ARGS=1; shift ;;
     --) shift; MASTER_EXTRA=("$@"); JOB_ARGS=1; break ;;
     *) echo "launch_local: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 usage() {
-  echo "usage: $0 --ps N --trainers M --config job.json --run_dir DIR [--ps_flags F] [--trainer_flags F] [--timeout_s S] [--max_restarts R] [-- master flags]" >&2
+  echo "usage: $0 --ps N --trainers M --config job.json --run_dir DIR [--ps_flags F] [--trainer_flags F] [--timeout_s S] [--max_restarts R] [--keys KEYS | --insecure] [-- master flags]" >&2
   echo "       $0 --run_dir DIR --add_ps N [--ps_flags F]" >&2
   exit 2
 }
@@ -140,6 +149,11 @@ if [ -n "$ADD_PS" ]; then
   fi
   MASTER="$(cat "$RUN_DIR/master.endpoint")"
   PS_BIN="$(tessera_bin tessera_ps)" || exit 1
+  # The job's own: its key folder, or --insecure.
+  read -r -a SECURITY <"$RUN_DIR/security" || {
+    echo "launch_local: no $RUN_DIR/security: the job was not started by this version of launch_local.sh" >&2
+    exit 1
+  }
 
   NEW_NAMES=()
   NEW_PIDS=()
@@ -148,7 +162,7 @@ if [ -n "$ADD_PS" ]; then
     # setsid: the server outlives this invocation and its terminal; the
     # launcher running the job stops it through added_ps.pids.
     # shellcheck disable=SC2086  # the flags are meant to split into words
-    setsid "$PS_BIN" --master "$MASTER" ${PS_FLAGS//\{i\}/$k} </dev/null >"$RUN_DIR/ps$k.log" 2>&1 &
+    setsid "$PS_BIN" --master "$MASTER" "${SECURITY[@]}" ${PS_FLAGS//\{i\}/$k} </dev/null >"$RUN_DIR/ps$k.log" 2>&1 &
     pid=$!
     disown "$pid"  # not this invocation's to report on
     echo "ps$k $pid" >>"$RUN_DIR/added_ps.pids"
@@ -214,7 +228,26 @@ TRAINER_BIN="$(tessera_bin tessera_trainer)" || exit 1
 mkdir -p "$RUN_DIR"
 RUN_DIR="$(cd "$RUN_DIR" && pwd)"
 rm -f "$RUN_DIR"/master.endpoint "$RUN_DIR"/master.pid "$RUN_DIR"/added_ps.pids "$RUN_DIR"/*.log \
-  "$RUN_DIR"/*.jsonl "$RUN_DIR"/summary.json
+  "$RUN_DIR"/*.jsonl "$RUN_DIR"/summary.json "$RUN_DIR"/security
+if [ "$INSECURE" = 1 ] && [ -n "$KEYS" ]; then
+  echo "launch_local: give --keys or --insecure, not both" >&2
+  exit 2
+fi
+if [ "$INSECURE" = 1 ]; then
+  SECURITY=(--insecure)
+  echo "launch_local: INSECURE: --insecure: the job runs on plain TCP; anyone who can reach its ports can talk to it" >&2
+else
+  if [ -z "$KEYS" ]; then
+    # A new job, new keys: a member of an earlier job in this folder must not
+    # be able to join this one.
+    KEYS="$RUN_DIR/keys"
+    rm -rf "$KEYS"
+    "$MASTER_BIN" --make_keys "$KEYS" >/dev/null || exit 1
+  fi
+  KEYS="$(cd "$KEYS" && pwd)" || exit 1
+  SECURITY=(--keys "$KEYS")
+fi
+echo "${SECURITY[*]}" >"$RUN_DIR/security"
 
 PIDS=()
 NAMES=()
@@ -243,7 +276,7 @@ trap 'echo "launch_local: interrupted" >&2; exit 130' INT TERM
 start_master() {
   local name="$1" bind="$2"
   shift 2
-  "$MASTER_BIN" --config "$CONFIG" --bind "$bind" --endpoint_file "$RUN_DIR/master.endpoint" \
+  "$MASTER_BIN" --config "$CONFIG" "${SECURITY[@]}" --bind "$bind" --endpoint_file "$RUN_DIR/master.endpoint" \
     --num_ps "$NUM_PS" --num_trainers "$NUM_TRAINERS" --summary_file "$RUN_DIR/summary.json" \
     "$@" "${MASTER_EXTRA[@]}" >"$RUN_DIR/$name.log" 2>&1 &
   MASTER_PID=$!
@@ -269,7 +302,7 @@ TAIL_PIDS+=("$!")
 # Starts server k as a child; its pid in PIDS, its name in NAMES.
 start_ps() {
   # shellcheck disable=SC2086  # the flags are meant to split into words
-  "$PS_BIN" --master "$MASTER" ${PS_FLAGS//\{i\}/$1} >"$RUN_DIR/ps$1.log" 2>&1 &
+  "$PS_BIN" --master "$MASTER" "${SECURITY[@]}" ${PS_FLAGS//\{i\}/$1} >"$RUN_DIR/ps$1.log" 2>&1 &
   PIDS+=("$!"); NAMES+=("ps$1")
 }
 for i in $(seq 0 $((NUM_PS - 1))); do start_ps "$i"; done
@@ -277,7 +310,7 @@ for i in $(seq 0 $((NUM_PS - 1))); do start_ps "$i"; done
 # appends to the same metrics file.
 start_trainer() {
   # shellcheck disable=SC2086  # the flags are meant to split into words
-  "$TRAINER_BIN" --master "$MASTER" --rank "$1" --world "$NUM_TRAINERS" \
+  "$TRAINER_BIN" --master "$MASTER" "${SECURITY[@]}" --rank "$1" --world "$NUM_TRAINERS" \
     --metrics_file "$RUN_DIR/trainer$1.jsonl" ${TRAINER_FLAGS//\{r\}/$1} >"$RUN_DIR/$2.log" 2>&1 &
   PIDS+=("$!"); NAMES+=("$2"); RANKS[${#PIDS[@]}-1]="$1"
 }

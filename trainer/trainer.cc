@@ -54,8 +54,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Start(const TrainerOptions& options)
   }
   std::unique_ptr<Trainer> t(new Trainer());
   t->options_ = options;
-  TESSERA_ASSIGN_OR_RETURN(t->client_, RpcClient::Create());
-  TESSERA_ASSIGN_OR_RETURN(t->master_peer_, t->client_->Connect(options.master));
+  TESSERA_ASSIGN_OR_RETURN(t->client_, RpcClient::Create(options.keys));
+  TESSERA_ASSIGN_OR_RETURN(t->master_peer_, t->client_->Connect(options.master, Role::kMaster));
   kernels::SetBlasThreads(options.blas_threads);
   return t;
 }
@@ -113,7 +113,7 @@ StatusOr<Trainer::GenerationStart> Trainer::WaitStart(int64_t after) {
 StatusOr<int> Trainer::ServerPeer(const std::string& endpoint) {
   auto it = server_peers_.find(endpoint);
   if (it != server_peers_.end()) return it->second;
-  TESSERA_ASSIGN_OR_RETURN(int peer, client_->Connect(endpoint));
+  TESSERA_ASSIGN_OR_RETURN(int peer, client_->Connect(endpoint, Role::kPs));
   server_peers_[endpoint] = peer;
   return peer;
 }

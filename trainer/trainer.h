@@ -28,6 +28,8 @@
 namespace tessera {
 
 struct TrainerOptions {
+  // The job's CURVE keys (common/job_keys.h); null: plain TCP (--insecure).
+  std::shared_ptr<const JobKeys> keys;
   std::string master;  // "tcp://host:port"
   int rank = 0;
   int world = 1;

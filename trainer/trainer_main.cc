@@ -10,6 +10,8 @@
 #include "kernels/device_choice.h"
 #include "trainer/trainer.h"
 
+DEFINE_string(keys, "", "The job's key folder (scripts/make_job_keys.sh): CURVE on every socket");
+DEFINE_bool(insecure, false, "Run without keys: plain TCP, anyone who reaches a port may give orders");
 DEFINE_string(master, "", "The master's address, tcp://HOST:PORT");
 DEFINE_int32(rank, 0, "This trainer's rank in [0, world)");
 DEFINE_int32(world, 1, "Number of trainers in the job");
@@ -32,7 +34,14 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  auto keys = tessera::KeysFromFlags(FLAGS_keys, FLAGS_insecure, tessera::Role::kTrainer);
+  if (!keys.ok()) {
+    LOG(ERROR) << "trainer failed to start: " << keys.status();
+    return 1;
+  }
+  if (!*keys) LOG(WARNING) << tessera::kInsecureWarning;
   tessera::TrainerOptions options;
+  options.keys = *keys;
   options.master = FLAGS_master;
   options.rank = FLAGS_rank;
   options.world = FLAGS_world;

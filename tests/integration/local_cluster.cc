@@ -6,12 +6,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include <glog/logging.h>
 #include <gtest/gtest.h>
+
+#include "common/job_keys.h"
 
 extern char** environ;
 
@@ -25,6 +29,9 @@ LocalCluster::LocalCluster(const std::string& name) {
            std::to_string(std::chrono::steady_clock::now().time_since_epoch().count())))
              .string();
   std::filesystem::create_directories(dir_);
+  // Jobs run as in production: with keys.
+  Status keys = JobKeys::Write(keys_dir());
+  CHECK(keys.ok()) << keys;
 }
 
 LocalCluster::~LocalCluster() {
@@ -49,6 +56,13 @@ Status LocalCluster::Spawn(const std::string& name, const std::string& binary, c
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   std::vector<std::string> all = {binary};
   all.insert(all.end(), args.begin(), args.end());
+  // Every process gets the job's keys, unless the test chose (--insecure, or
+  // other keys).
+  auto chose = [](const std::string& a) { return a.rfind("--insecure", 0) == 0 || a.rfind("--keys", 0) == 0; };
+  if (std::none_of(args.begin(), args.end(), chose)) {
+    all.push_back("--keys");
+    all.push_back(keys_dir());
+  }
   std::vector<char*> argv;
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -22,6 +22,9 @@ class LocalCluster {
   ~LocalCluster();  // SIGKILLs and reaps whatever still runs
 
   const std::string& dir() const { return dir_; }
+  // The job's keys (written by the constructor), which every process started
+  // here is given unless its arguments have --insecure or --keys.
+  std::string keys_dir() const { return dir_ + "/keys"; }
 
   // Writes `config` to dir/job.json and starts the master on a free port;
   // returns once it listens.

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# What CURVE costs: W1 and W2 (bench/e2e_bench.sh's workloads) with the job's
+# keys (every socket encrypted and authenticated) and with --insecure (plain
+# TCP), one after the other, alternating, R times each; prints the median
+# examples/s of each and the ratio CURVE / plain (goal: >= 0.90).
+#
+#   bench/curve_bench.sh [--steps N] [--mode async|sync] [--workloads "w1 w2"] [--repeats R]
+#
+# Alternating the two settings run by run spreads this shared machine's noise
+# over both; the ratio of medians is the figure to read.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+STEPS=300
+MODE=async
+WORKLOADS="w1 w2"
+REPEATS=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --steps) STEPS="$2"; shift 2 ;;
+    --mode) MODE="$2"; shift 2 ;;
+    --workloads) WORKLOADS="$2"; shift 2 ;;
+    --repeats) REPEATS="$2"; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+"$ROOT/scripts/build.sh" --target tessera_master --target tessera_ps --target tessera_trainer >/dev/null
+OUT="$ROOT/run/curve_bench"
+mkdir -p "$OUT"
+
+run() {  # workload security -> examples/s
+  local w="$1" security="$2" ps=1 cfg="$OUT/$1.json" flags=()
+  [ "$w" = w2 ] && ps=2
+  [ "$security" = plain ] && flags=(--insecure)
+  python3 - "$ROOT/bench/configs/$w.json" "$cfg" "$((STEPS + 20))" "$MODE" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["training"]["steps"] = int(sys.argv[3]); c["training"]["consistency"] = sys.argv[4]
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PY
+  "$ROOT/scripts/launch_local.sh" --ps "$ps" --trainers 2 --config "$cfg" --run_dir "$OUT/run_${w}_$security" \
+    "${flags[@]}" >/dev/null 2>&1
+  python3 -c "import json;print(round(json.load(open('$OUT/run_${w}_$security/summary.json'))['examples_per_s']))"
+}
+
+median() { tr ' ' '\n' | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+printf '%-4s %-6s %10s %10s %7s   %s\n' load mode curve plain ratio "runs (curve | plain)"
+for w in $WORKLOADS; do
+  curve=() plain=()
+  for _ in $(seq 1 "$REPEATS"); do
+    curve+=("$(run "$w" curve)")
+    plain+=("$(run "$w" plain)")
+  done
+  c=$(echo "${curve[*]}" | median)
+  p=$(echo "${plain[*]}" | median)
+  ratio=$(python3 -c "print('%.3f' % ($c / $p))")
+  printf '%-4s %-6s %10s %10s %7s   %s | %s\n' "$w" "$MODE" "$c" "$p" "$ratio" "${curve[*]}" "${plain[*]}"
+  echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$MODE\", \"steps\": $STEPS, \"curve\": [${curve[*]// /, }], \"plain\": [${plain[*]// /, }], \"ratio\": $ratio}" >>"$OUT/results.jsonl"
+done

@@ -1,0 +1,327 @@
+// Forged and stray messages against a running synchronous job (real
+// processes on 127.0.0.1), as a stranger on the same machine would send
+// them: every one must fail for its sender and change nothing, so the job
+// ends with the parameters and losses of an undisturbed run, bit for bit.
+//
+// The forgers are: a client with no keys, one with another job's keys, and
+// "insiders" holding the job's own keys (a trainer's, a server's, the
+// master's, the operator's) on connections that are not the members' own. With
+// --insecure there are no keys: any plain client is an insider, and only the
+// binding of each member to the connection it registered from stands.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "common/control_messages.h"
+#include "common/job_config.h"
+#include "common/job_keys.h"
+#include "common/messages.h"
+#include "common/rpc_client.h"
+#include "tests/integration/dump_reader.h"
+#include "tests/integration/local_cluster.h"
+#include "tests/integration/test_jobs.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+constexpr int64_t kSteps = 600;
+
+json Job() {
+  json job = testing::StatefulSyncJob("security-test", "", kSteps, 0);
+  job["cluster"] = {{"num_ps", 2}, {"num_trainers", 2}};
+  return job;
+}
+
+struct Outcome {
+  testing::Dump dump;
+  std::vector<double> losses;  // trainer 0's, by step
+};
+
+std::vector<double> Losses(testing::LocalCluster& c, int rank) {
+  std::vector<double> losses;
+  for (const json& m : c.Metrics(rank)) losses.push_back(m.at("loss").get<double>());
+  return losses;
+}
+
+Outcome Finish(testing::LocalCluster& c) {
+  Outcome o;
+  EXPECT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  for (const char* t : {"trainer0", "trainer1"}) EXPECT_EQ(c.Wait(t, milliseconds(20000)), 0) << c.Log(t);
+  auto job = ParseJobConfigJson(Job(), "");
+  auto d = testing::ReadDump(c.dir() + "/dump", *job);
+  EXPECT_TRUE(d.ok()) << d.status();
+  if (d.ok()) o.dump = std::move(*d);
+  o.losses = Losses(c, 0);
+  return o;
+}
+
+// The undisturbed run (with keys; the keys change no arithmetic), once.
+const Outcome& Undisturbed() {
+  static const Outcome* outcome = [] {
+    testing::LocalCluster c("security_undisturbed");
+    EXPECT_TRUE(c.StartJob(Job(), 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+    return new Outcome(Finish(c));
+  }();
+  return *outcome;
+}
+
+// The servers' addresses, from the master's log.
+std::vector<std::string> ServerEndpoints(testing::LocalCluster& c) {
+  std::vector<std::string> endpoints;
+  const std::string log = c.Log("master");
+  const std::string mark = " registered: ";
+  for (size_t at = log.find(mark); at != std::string::npos; at = log.find(mark, at + 1)) {
+    const size_t start = at + mark.size();
+    if (log.compare(start, 6, "tcp://") != 0) continue;
+    endpoints.push_back(log.substr(start, log.find(' ', start) - start));
+  }
+  return endpoints;
+}
+
+std::string MasterEndpoint(testing::LocalCluster& c) {
+  std::ifstream in(c.dir() + "/master.endpoint");
+  std::string endpoint;
+  in >> endpoint;
+  return endpoint;
+}
+
+// What one forger sent and what came back.
+struct Forgery {
+  std::string what;
+  Status result;
+};
+
+class Forger {
+ public:
+  // keys_dir empty: a plain client.
+  Forger(std::string name, const std::string& keys_dir, Role role) : name_(std::move(name)) {
+    std::shared_ptr<const JobKeys> keys;
+    if (!keys_dir.empty()) keys = JobKeys::Load(keys_dir, role).value();
+    client_ = RpcClient::Create(keys).value();
+  }
+
+  // Sends every message it knows to the master at `master` and the servers
+  // at `servers`, all at once; `with_commands` adds operator commands.
+  std::vector<Forgery> Fire(const std::string& master, const std::vector<std::string>& servers, bool with_commands) {
+    std::vector<std::pair<std::string, RpcFuture>> calls;
+    const int m = Peer(master, Role::kMaster);
+    auto send = [&](int peer, const std::string& what, Message msg) {
+      calls.emplace_back(name_ + ": " + what, client_->Call(peer, std::move(msg), milliseconds(1500)));
+    };
+    for (int rank = 0; rank < 2; ++rank) {
+      for (int64_t incarnation = 1; incarnation <= 3; ++incarnation) {
+        const std::string who = " trainer " + std::to_string(rank) + "/" + std::to_string(incarnation);
+        const json id = {{"rank", rank}, {"incarnation", incarnation}};
+        json done = id;
+        done["ok"] = true;
+        send(m, "REPORT_DONE ok" + who, EncodeJson(Opcode::kReportDone, done));
+        json beat = id;
+        beat["role"] = "trainer";
+        beat["steps_done"] = 1000000;
+        send(m, "HEARTBEAT" + who, EncodeJson(Opcode::kHeartbeat, beat));
+        json wait = id;
+        wait["generation"] = 0;
+        send(m, "WAIT_START" + who, EncodeJson(Opcode::kWaitStart, wait));
+        json barrier = id;
+        barrier["step"] = 5;
+        barrier["generation"] = 1;
+        send(m, "CHECKPOINT_BARRIER" + who, EncodeJson(Opcode::kCheckpointBarrier, barrier));
+      }
+    }
+    send(m, "HEARTBEAT ps 0", EncodeJson(Opcode::kHeartbeat, json{{"role", "ps"}, {"rank", 0}}));
+    Message set(Opcode::kStoreSet);
+    set.AddString("gloo/0");
+    set.AddString("tcp://127.0.0.1:1");
+    send(m, "STORE_SET", std::move(set));
+    Message get(Opcode::kStoreGet);
+    get.AddString("gloo/0");
+    send(m, "STORE_GET", std::move(get));
+    if (with_commands) {
+      send(m, "COMMAND checkpoint", EncodeJson(Opcode::kCommand, json{{"command", "checkpoint"}}));
+      send(m, "COMMAND remove_ps 0", EncodeJson(Opcode::kCommand, json{{"command", "remove_ps"}, {"ps", 0}}));
+    }
+
+    for (size_t s = 0; s < servers.size(); ++s) {
+      const int p = Peer(servers[s], Role::kPs);
+      const std::string at = " to ps at " + servers[s];
+      for (uint32_t version = 0; version <= 2; ++version) {
+        for (uint64_t step : {uint64_t{5}, uint64_t{1} << 40}) {
+          const std::string which = " trainer 0 step " + std::to_string(step) + " plan " + std::to_string(version);
+          Message lookup = EncodeLookupRequest(LookupMeta{0, 0, step}, {LookupEntry{0, 1, 2, 0}}, {2}, {1, 2}, {});
+          lookup.header.plan_version = version;
+          send(p, "LOOKUP" + which + at, std::move(lookup));
+          Message push = EncodePushRequest(PushMeta{0, 0, step}, {PushEntry{0, 1, 6, 0}}, std::vector<float>(6, 1e3f));
+          push.header.plan_version = version;
+          send(p, "PUSH" + which + at, std::move(push));
+        }
+      }
+      send(p, "SNAPSHOT step 1e9" + at,
+           EncodeJson(Opcode::kSnapshot, json{{"dir", "/tmp/tessera_forged_snapshot"}, {"step", 1000000000}}));
+      send(p, "DUMP_SHARDS" + at, EncodeJson(Opcode::kDumpShards, json{{"dir", "/tmp/tessera_forged_dump"}}));
+      send(p, "CREATE_SHARDS" + at, EncodeJson(Opcode::kCreateShards, json{{"job", Job()}, {"plan", json::object()}}));
+      send(p, "PROMOTE" + at, EncodeJson(Opcode::kPromote, json{{"plan", json::object()}, {"rank", 0}}));
+      send(p, "SERVER_STATS" + at, EncodeJson(Opcode::kServerStats, json::object()));
+      send(p, "ABORT" + at, EncodeJson(Opcode::kAbort, json{{"reason", "forged"}}));
+      send(p, "SHUTDOWN" + at, EncodeJson(Opcode::kShutdown, json::object()));
+    }
+    std::vector<Forgery> out;
+    for (auto& [what, call] : calls) out.push_back(Forgery{what, call.Wait().status()});
+    return out;
+  }
+
+ private:
+  int Peer(const std::string& endpoint, Role role) {
+    auto it = peers_.find(endpoint);
+    if (it == peers_.end()) it = peers_.emplace(endpoint, client_->Connect(endpoint, role).value()).first;
+    return it->second;
+  }
+
+  std::string name_;
+  std::unique_ptr<RpcClient> client_;
+  std::map<std::string, int> peers_;
+};
+
+class ForgedMessagesTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ForgedMessagesTest, AreRefusedAndTheSyncJobEndsBitForBitLikeAnUndisturbedOne) {
+  const bool insecure = GetParam();
+  const Outcome& want = Undisturbed();
+  ASSERT_FALSE(want.dump.rows.empty());
+  std::filesystem::remove_all("/tmp/tessera_forged_dump");
+  std::filesystem::remove_all("/tmp/tessera_forged_snapshot");
+
+  testing::LocalCluster c(insecure ? "security_insecure" : "security_keys");
+  const std::vector<std::string> security =
+      insecure ? std::vector<std::string>{"--insecure"} : std::vector<std::string>{};
+  std::vector<std::string> master_args = {"--dump_dir", c.dir() + "/dump"};
+  master_args.insert(master_args.end(), security.begin(), security.end());
+  ASSERT_TRUE(c.StartMaster(Job(), master_args).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(c.StartPs(i, security).ok());
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.StartTrainer(r, 2, "", security).ok());
+  ASSERT_TRUE(c.WaitForSteps(0, 10, milliseconds(60000))) << c.Log("master");
+  const std::string master = MasterEndpoint(c);
+  const std::vector<std::string> servers = ServerEndpoints(c);
+  ASSERT_EQ(servers.size(), 2u) << c.Log("master");
+
+  // Who forges, and what each must get back.
+  struct Sender {
+    std::unique_ptr<Forger> forger;
+    // Refused as not the member's connection (or not a member: a wrong
+    // incarnation), not merely failed (a client with no keys gets no
+    // connection at all).
+    bool must_be_denied;
+    // An operator may order a checkpoint or remove a server: that is its
+    // right, not a forgery. Without keys, anyone may (docs/operations.md).
+    bool commands;
+  };
+  std::vector<Sender> senders;
+  if (insecure) {
+    senders.push_back({std::make_unique<Forger>("plain client", "", Role::kNone), true, false});
+  } else {
+    const std::string other = c.dir() + "/other_keys";
+    ASSERT_TRUE(JobKeys::Write(other).ok());
+    senders.push_back({std::make_unique<Forger>("no keys", "", Role::kNone), false, true});
+    senders.push_back({std::make_unique<Forger>("another job's trainer key", other, Role::kTrainer), true, true});
+    for (Role role : {Role::kTrainer, Role::kPs, Role::kMaster, Role::kOperator}) {
+      senders.push_back({std::make_unique<Forger>(std::string("the job's ") + RoleName(role) + " key", c.keys_dir(), role),
+                         true, role != Role::kOperator});
+    }
+  }
+  // Rounds, every sender at once, until the job has trained most of its
+  // steps. A round that ended while the job still trained was answered by
+  // live servers: its refusals must be the right ones. At least two such.
+  int rounds = 0, rounds_while_training = 0;
+  size_t forged = 0;
+  std::map<StatusCode, int> codes;
+  while (c.Metrics(0).size() < static_cast<size_t>(kSteps) * 3 / 4 && c.Running("master") && rounds < 100) {
+    std::vector<std::vector<Forgery>> results(senders.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < senders.size(); ++i) {
+      threads.emplace_back([&, i] { results[i] = senders[i].forger->Fire(master, servers, senders[i].commands); });
+    }
+    for (auto& t : threads) t.join();
+    const bool training = c.Metrics(0).size() < static_cast<size_t>(kSteps);
+    ++rounds;
+    rounds_while_training += training;
+    for (size_t i = 0; i < senders.size(); ++i) {
+      for (const Forgery& f : results[i]) {
+        ++forged;
+        ++codes[f.result.code()];
+        EXPECT_FALSE(f.result.ok()) << f.what << " was accepted";
+        if (training && senders[i].must_be_denied) {
+          EXPECT_TRUE(f.result.code() == StatusCode::kPermissionDenied || f.result.code() == StatusCode::kNotFound)
+              << f.what << ": " << f.result;
+        }
+      }
+    }
+  }
+  EXPECT_GE(rounds_while_training, 2);
+  std::cout << forged << " forged messages in " << rounds << " rounds (" << rounds_while_training
+            << " while the job trained):";
+  for (auto& [code, n] : codes) std::cout << " " << n << " x " << StatusCodeName(code);
+  std::cout << "\n";
+
+  const Outcome got = Finish(c);
+  EXPECT_FALSE(std::filesystem::exists("/tmp/tessera_forged_dump"));
+  EXPECT_FALSE(std::filesystem::exists("/tmp/tessera_forged_snapshot"));
+  std::string where;
+  const double diff = testing::MaxDifference(want.dump, got.dump, &where);
+  EXPECT_EQ(diff, 0.0) << where;
+  ASSERT_EQ(got.losses.size(), static_cast<size_t>(kSteps));  // no step trained twice, none skipped
+  EXPECT_EQ(got.losses, want.losses);
+  const std::string log = c.Log("master");
+  if (insecure) {
+    EXPECT_NE(log.find("INSECURE"), std::string::npos);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Keys, ForgedMessagesTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Insecure" : "WithKeys"; });
+
+TEST(SecurityTest, MembersWithoutTheJobsKeysCannotJoinAndTheJobGoesOn) {
+  testing::LocalCluster c("security_join");
+  ASSERT_TRUE(c.StartMaster(Job(), {"--dump_dir", c.dir() + "/dump"}).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(c.StartPs(i).ok());
+  ASSERT_TRUE(c.StartTrainer(0, 2).ok());
+
+  // Neither --keys nor --insecure: a clear error at the start.
+  ASSERT_TRUE(c.StartTrainer(1, 2, "no_flag", {"--keys="}).ok());
+  EXPECT_EQ(c.Wait("no_flag", milliseconds(20000)), 1);
+  EXPECT_NE(c.Log("no_flag").find("no --keys DIR"), std::string::npos) << c.Log("no_flag");
+  // Another job's keys: refused by the master, at once.
+  const std::string other = c.dir() + "/other_keys";
+  ASSERT_TRUE(JobKeys::Write(other).ok());
+  ASSERT_TRUE(c.StartTrainer(1, 2, "other_job", {"--keys", other}).ok());
+  EXPECT_EQ(c.Wait("other_job", milliseconds(20000)), 1);
+  EXPECT_NE(c.Log("other_job").find("PERMISSION_DENIED"), std::string::npos) << c.Log("other_job");
+  // Plain TCP against a job with keys: no handshake.
+  ASSERT_TRUE(c.StartTrainer(1, 2, "plain", {"--insecure", "--register_timeout_ms", "3000"}).ok());
+  EXPECT_EQ(c.Wait("plain", milliseconds(20000)), 1);
+  // A server with the trainer's key cannot register as a server.
+  const std::string trainer_as_ps = c.dir() + "/trainer_as_ps";
+  std::filesystem::create_directories(trainer_as_ps);
+  for (const char* role : {"master", "ps", "trainer", "operator"}) {
+    std::filesystem::copy_file(c.keys_dir() + "/" + role + ".public", trainer_as_ps + "/" + role + ".public");
+  }
+  std::filesystem::copy_file(c.keys_dir() + "/trainer.public", trainer_as_ps + "/ps.public",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(c.keys_dir() + "/trainer.secret", trainer_as_ps + "/ps.secret");
+  ASSERT_TRUE(c.StartPs(7, {"--keys", trainer_as_ps}).ok());
+  EXPECT_EQ(c.Wait("ps7", milliseconds(20000)), 1);
+  EXPECT_NE(c.Log("ps7").find("may not register as a ps"), std::string::npos) << c.Log("ps7");
+
+  // None of that touched the job: its own trainer 1 joins and it ends well.
+  ASSERT_TRUE(c.StartTrainer(1, 2).ok());
+  const Outcome got = Finish(c);
+  std::string where;
+  EXPECT_EQ(testing::MaxDifference(Undisturbed().dump, got.dump, &where), 0.0) << where;
+}
+
+}  // namespace
+}  // namespace tessera
