@@ -120,6 +120,14 @@ Status RpcClient::RefusedStatus(int peer) const {
                                   " refused this process's CURVE handshake: not the job's keys (--keys)?");
 }
 
+void RpcClient::Disconnect(int peer) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    disconnects_.push_back(peer);
+  }
+  wakeup_->Signal();
+}
+
 void RpcClient::ReadMonitor(int peer) {
   for (;;) {
     // An event is two frames: 2 bytes of event id and 4 of value, then the
@@ -171,13 +179,21 @@ void RpcClient::IoLoop() {
   std::deque<Outgoing> out;
   std::deque<ConnectRequest> connects;
   std::vector<Cancel> cancels;
+  std::vector<int> disconnects;
   auto fail = [](RpcCallback& done, Status st) { done(StatusOr<Message>(std::move(st))); };
 
   while (!stop_.load()) {
     items.clear();
     items.push_back({nullptr, wakeup_->fd(), ZMQ_POLLIN, 0});
-    for (auto& s : sockets_) items.push_back({static_cast<void*>(*s), 0, ZMQ_POLLIN, 0});
-    for (auto& m : monitors_) items.push_back({static_cast<void*>(*m), 0, ZMQ_POLLIN, 0});
+    // items: the wakeup, then each peer's socket, then each one's monitor, for
+    // the peers there are now (`polled`; Connect may add more below). A
+    // disconnected peer keeps its place, polled for nothing (fd -1).
+    const size_t polled = sockets_.size();
+    auto item = [](const std::unique_ptr<zmq::socket_t>& s) {
+      return zmq::pollitem_t{s ? static_cast<void*>(*s) : nullptr, -1, static_cast<short>(s ? ZMQ_POLLIN : 0), 0};
+    };
+    for (auto& s : sockets_) items.push_back(item(s));
+    for (auto& m : monitors_) items.push_back(item(m));
     // Wake at least every 20 ms to expire deadlines.
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(20));
@@ -193,6 +209,7 @@ void RpcClient::IoLoop() {
       out.swap(outgoing_);
       connects.swap(connects_);
       cancels.swap(cancels_);
+      disconnects.swap(disconnects_);
     }
     for (ConnectRequest& c : connects) {
       try {
@@ -237,6 +254,10 @@ void RpcClient::IoLoop() {
         fail(o.done, Status::InvalidArgument("no such peer " + std::to_string(o.peer)));
         continue;
       }
+      if (!sockets_[o.peer]) {
+        fail(o.done, Status::Cancelled("the connection was closed (Disconnect)"));
+        continue;
+      }
       if (Refused(o.peer)) {
         fail(o.done, RefusedStatus(o.peer));
         continue;
@@ -265,9 +286,24 @@ void RpcClient::IoLoop() {
       }
     }
     cancels.clear();
+    for (int peer : disconnects) {
+      if (peer < 0 || peer >= static_cast<int>(sockets_.size()) || !sockets_[peer]) continue;
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if (it->second.peer != peer) {
+          ++it;
+          continue;
+        }
+        RpcCallback done = std::move(it->second.done);
+        it = pending_.erase(it);
+        fail(done, Status::Cancelled("the connection was closed (Disconnect)"));
+      }
+      sockets_[peer].reset();
+      monitors_[peer].reset();
+    }
+    disconnects.clear();
 
-    for (size_t i = 0; i < sockets_.size(); ++i) {
-      if (!(items.size() > i + 1 && (items[i + 1].revents & ZMQ_POLLIN))) continue;
+    for (size_t i = 0; i < polled; ++i) {
+      if (!sockets_[i] || !(items[i + 1].revents & ZMQ_POLLIN)) continue;
       for (;;) {
         Message m;
         Status st = RecvMessage(*sockets_[i], nullptr, &m);
@@ -289,9 +325,9 @@ void RpcClient::IoLoop() {
       }
     }
 
-    const size_t first_monitor = 1 + sockets_.size();
-    for (size_t i = 0; i < monitors_.size() && first_monitor + i < items.size(); ++i) {
-      if (!(items[first_monitor + i].revents & ZMQ_POLLIN)) continue;
+    const size_t first_monitor = 1 + polled;
+    for (size_t i = 0; i < polled; ++i) {
+      if (!monitors_[i] || !(items[first_monitor + i].revents & ZMQ_POLLIN)) continue;
       ReadMonitor(static_cast<int>(i));
       if (!Refused(static_cast<int>(i))) continue;
       for (auto it = pending_.begin(); it != pending_.end();) {

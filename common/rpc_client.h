@@ -84,6 +84,11 @@ class RpcClient {
   // A reply that still arrives is dropped. Calls started later are unaffected.
   void CancelCalls(int peer, const Status& why);
 
+  // Closes the connection to `peer` (a server that left the job) for good:
+  // its calls, those in flight and later ones, end CANCELLED, and
+  // ZeroMQ stops reconnecting to it. Its index is not reused.
+  void Disconnect(int peer);
+
   // When the TCP connection to `peer` closed and has not come back since
   // (ZeroMQ reconnects by itself); nullopt while it is up or before it was
   // first made. A process that dies closes its connections at once, so a
@@ -136,6 +141,7 @@ class RpcClient {
     uint64_t before_id;
   };
   std::vector<Cancel> cancels_;  // GUARDED_BY(mu_)
+  std::vector<int> disconnects_;  // GUARDED_BY(mu_)
 
   // Each peer's connection: up, or down since when (from its socket's
   // monitor events).

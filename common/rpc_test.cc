@@ -389,6 +389,41 @@ TEST_F(CurveTest, ConnectingWithKeysNeedsTheServersRole) {
   EXPECT_EQ(client->Connect(server_->endpoint()).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(RpcClientTest, DisconnectEndsThatPeersCallsAndItsConnection) {
+  std::mutex mu;
+  std::vector<Responder> parked;
+  auto park = [&](Message&&, Responder r) {
+    std::lock_guard<std::mutex> lock(mu);
+    parked.push_back(std::move(r));
+  };
+  auto a = RpcServer::Start(RpcServerOptions{}, park);
+  auto b = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto client = std::move(RpcClient::Create()).value();
+  const int pa = *client->Connect((*a)->endpoint());
+  const int pb = *client->Connect((*b)->endpoint());
+  RpcFuture waiting = client->Call(pa, Message(Opcode::kHeartbeat), milliseconds(20000));
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!parked.empty()) break;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  client->Disconnect(pa);
+  EXPECT_EQ(waiting.Wait().status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(client->CallSync(pa, Message(Opcode::kHeartbeat), milliseconds(2000)).status().code(),
+            StatusCode::kCancelled);
+  // The other peer is untouched, and a new connection gets a new index.
+  EXPECT_TRUE(client->CallSync(pb, Message(Opcode::kHeartbeat), milliseconds(5000)).ok());
+  const int again = *client->Connect((*b)->endpoint());
+  EXPECT_NE(again, pa);
+  EXPECT_TRUE(client->CallSync(again, Message(Opcode::kHeartbeat), milliseconds(5000)).ok());
+  client.reset();
+  std::lock_guard<std::mutex> lock(mu);
+  parked.clear();
+}
+
 TEST(RpcServerTest, BindFailureIsAnError) {
   auto a = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
   ASSERT_TRUE(a.ok());

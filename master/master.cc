@@ -281,6 +281,13 @@ StatusOr<int> Master::ServerPeer(int member) {
   return peer;
 }
 
+void Master::ForgetServerPeer(int member) {
+  auto it = ps_peers_.find(member);
+  if (it == ps_peers_.end()) return;
+  client_->Disconnect(it->second);
+  ps_peers_.erase(it);
+}
+
 json Master::CallServer(int member, Opcode op, const json& body, milliseconds timeout, Status* status, bool watch) {
   if (watch) {
     ServerReply r = AwaitServerCalls(StartServerCalls({member}, op, {body}, timeout)).front();

@@ -296,6 +296,9 @@ class Master {
   std::unique_ptr<RpcServer> server_;
   std::unique_ptr<RpcClient> client_;
   std::map<int, int> ps_peers_;  // member id -> RpcClient peer; monitor thread only
+  // Closes the connection to a server that is no longer a member (else
+  // ZeroMQ keeps reconnecting to it, and its sockets stay open).
+  void ForgetServerPeer(int member);
   KvStore store_;
   Clock::time_point started_at_;
 

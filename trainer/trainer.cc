@@ -110,6 +110,17 @@ StatusOr<Trainer::GenerationStart> Trainer::WaitStart(int64_t after) {
   return start;
 }
 
+void Trainer::ForgetServersNotIn(const std::vector<std::string>& endpoints) {
+  for (auto it = server_peers_.begin(); it != server_peers_.end();) {
+    if (std::find(endpoints.begin(), endpoints.end(), it->first) != endpoints.end()) {
+      ++it;
+      continue;
+    }
+    client_->Disconnect(it->second);
+    it = server_peers_.erase(it);
+  }
+}
+
 StatusOr<int> Trainer::ServerPeer(const std::string& endpoint) {
   auto it = server_peers_.find(endpoint);
   if (it != server_peers_.end()) return it->second;
@@ -278,6 +289,7 @@ StatusOr<EmbeddingRoute> Trainer::FollowPromotion(int64_t* generation, const Sta
                              "): it rolls back");
   }
   TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::FromJson(start.info.plan));
+  ForgetServersNotIn(start.info.ps_endpoints);
   std::vector<int> peers;
   for (const std::string& e : start.info.ps_endpoints) {
     TESSERA_ASSIGN_OR_RETURN(int peer, ServerPeer(e));
@@ -298,6 +310,7 @@ StatusOr<EmbeddingRoute> Trainer::FollowPromotion(int64_t* generation, const Sta
 Status Trainer::Train(const GenerationStart& start, json* report) {
   TESSERA_ASSIGN_OR_RETURN(JobConfig job, ParseJobConfigJson(start.info.job, ""));
   TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::FromJson(start.info.plan));
+  ForgetServersNotIn(start.info.ps_endpoints);
   std::vector<int> ps_peers;
   for (const std::string& e : start.info.ps_endpoints) {
     TESSERA_ASSIGN_OR_RETURN(int peer, ServerPeer(e));

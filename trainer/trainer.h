@@ -96,6 +96,9 @@ class Trainer {
   // Ends the calls in flight to the servers of the running generation.
   void CancelServerCalls(const Status& why);
   StatusOr<int> ServerPeer(const std::string& endpoint);
+  // Closes the connections to servers that are not in `endpoints` (the
+  // generation's): lost or removed ones. Main thread.
+  void ForgetServersNotIn(const std::vector<std::string>& endpoints);
   // Local for a world of one, NCCL between GPU trainers, Gloo between CPU ones.
   // NCCL where every trainer has a GPU of its own; otherwise Gloo, through
   // host memory (GPU trainers stage their gradients there).

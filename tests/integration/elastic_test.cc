@@ -110,7 +110,18 @@ TEST(ElasticTest, KilledServerRollsBackToTheCheckpointAndEndsLikeAnUndisturbedRu
   ASSERT_TRUE(c.StartJob(Job(root), 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
   const int64_t step = SeededStep(kEvery + 5, kSteps / 2, 1);
   ASSERT_TRUE(c.WaitForSteps(0, step, milliseconds(60000))) << c.Log("master");
+  // Each ZeroMQ socket holds an eventfd.
+  const int master_files = c.OpenFiles("master", "eventfd"), trainer_files = c.OpenFiles("trainer0", "eventfd");
   c.Kill("ps1", SIGKILL);
+  // Once the job goes on without it, nothing holds the lost server's
+  // connection open (nor tries to reconnect to it).
+  ASSERT_TRUE(c.WaitForLog("master", "on 1 parameter server(s)", milliseconds(60000))) << c.Log("master");
+  ASSERT_TRUE(c.WaitForSteps(0, c.Metrics(0).size() + 10, milliseconds(60000))) << c.Log("trainer0");
+  const int master_files_after = c.OpenFiles("master", "eventfd");
+  const int trainer_files_after = c.OpenFiles("trainer0", "eventfd");
+  ASSERT_TRUE(master_files_after > 0 && trainer_files_after > 0) << "the job ended before it was looked at";
+  EXPECT_LT(master_files_after, master_files);
+  EXPECT_LT(trainer_files_after, trainer_files);
   ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master") << c.Log("trainer0");
   const std::string log = c.Log("master");
   EXPECT_NE(log.find("[master] lost parameter server " + std::to_string(MemberId(c, "ps1"))), std::string::npos)

@@ -186,6 +186,20 @@ void LocalCluster::Kill(const std::string& name, int signal) {
   if (it != pids_.end() && !exit_codes_.count(name)) kill(it->second, signal);
 }
 
+int LocalCluster::OpenFiles(const std::string& name, const std::string& kind) const {
+  auto it = pids_.find(name);
+  if (it == pids_.end() || exit_codes_.count(name)) return -1;
+  std::error_code ec;
+  int n = 0;
+  for (auto e = std::filesystem::directory_iterator("/proc/" + std::to_string(it->second) + "/fd", ec);
+       !ec && e != std::filesystem::directory_iterator(); e.increment(ec)) {
+    std::error_code link_ec;
+    const std::string target = std::filesystem::read_symlink(e->path(), link_ec).string();
+    if (!link_ec && target.find(kind) != std::string::npos) ++n;
+  }
+  return ec ? -1 : n;
+}
+
 std::string LocalCluster::Log(const std::string& name) const {
   std::ifstream in(dir_ + "/" + name + ".log");
   std::stringstream ss;

@@ -54,6 +54,9 @@ class LocalCluster {
   // Waits until trainer `rank` has written metrics of `steps` steps.
   bool WaitForSteps(int rank, size_t steps, std::chrono::milliseconds timeout);
   void Kill(const std::string& name, int signal);
+  // How many files `name` holds open now whose /proc link contains `kind`
+  // ("eventfd": one per ZeroMQ socket; "": all); -1 if it does not run.
+  int OpenFiles(const std::string& name, const std::string& kind = "") const;
   bool Running(const std::string& name);
 
   std::string Log(const std::string& name) const;
