@@ -63,6 +63,7 @@ StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& op
     // the routing id it had; the new connection replaces the old one, which
     // the server may not have noticed is gone.
     s->socket_->set(zmq::sockopt::router_handover, 1);
+    s->socket_->set(zmq::sockopt::maxmsgsize, options.max_frame_bytes);
     if (s->keys_) {
       s->socket_->set(zmq::sockopt::curve_server, 1);
       s->socket_->set(zmq::sockopt::curve_secretkey, s->keys_->own_secret());

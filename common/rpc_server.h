@@ -36,6 +36,11 @@ struct RpcServerOptions {
   // says which role's key sent it). Null: plain TCP, anyone may connect
   // (--insecure).
   std::shared_ptr<const JobKeys> keys;
+  // The largest frame a client may send; a larger one drops its connection
+  // (ZMQ_MAXMSGSIZE) before the server allocates it. 1 GiB: far above a real
+  // step's lookups or pushes (W2's are about 1 MB), far below what would
+  // exhaust a server.
+  int64_t max_frame_bytes = int64_t{1} << 30;
 };
 
 namespace rpc_internal {

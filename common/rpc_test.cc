@@ -424,6 +424,28 @@ TEST(RpcClientTest, DisconnectEndsThatPeersCallsAndItsConnection) {
   parked.clear();
 }
 
+TEST(RpcServerTest, AFrameOverTheLimitDropsItsConnectionBeforeItReachesAHandler) {
+  std::atomic<int> served{0};
+  RpcServerOptions options;
+  options.max_frame_bytes = 1024;
+  auto server = RpcServer::Start(options, [&](Message&&, Responder r) {
+    ++served;
+    r.ReplyOk();
+  });
+  ASSERT_TRUE(server.ok());
+  auto client = std::move(RpcClient::Create()).value();
+  const int peer = *client->Connect((*server)->endpoint());
+  Message big(Opcode::kHeartbeat);
+  big.AddString(std::string(4096, 'x'));
+  EXPECT_FALSE(client->CallSync(peer, std::move(big), milliseconds(500)).ok());
+  EXPECT_EQ(served.load(), 0);
+  // The client reconnects by itself; a request within the limit is served.
+  Message small(Opcode::kHeartbeat);
+  small.AddString(std::string(512, 'x'));
+  EXPECT_TRUE(client->CallSync(peer, std::move(small), milliseconds(10000)).ok());
+  EXPECT_EQ(served.load(), 1);
+}
+
 TEST(RpcServerTest, BindFailureIsAnError) {
   auto a = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
   ASSERT_TRUE(a.ok());

@@ -37,6 +37,7 @@ PsService::PsService(PsServiceOptions options)
       stores_named_by_id_(options.stores_named_by_id),
       shards_(std::make_shared<ShardMap>()),
       open_to_any_sender_(options.open_to_any_sender),
+      max_reply_values_(options.max_reply_values),
       last_expiry_(Clock::now()) {}
 
 PsService::~PsService() { Abort(Status::Cancelled("parameter server shutting down")); }
@@ -402,6 +403,13 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
     bag += e.num_bags;
     entry_shards.push_back(it->second.get());
     if (!e.context_only()) total += static_cast<size_t>(it->second->OutRows(non_empty, e.num_ids)) * it->second->cols();
+  }
+  if (total > max_reply_values_) {
+    ++errors_;
+    r.ReplyError(Status::ResourceExhausted("a lookup whose reply would hold " + std::to_string(total) +
+                                           " values, more than the " + std::to_string(max_reply_values_) +
+                                           " one reply may: split the batch"));
+    return;
   }
   const auto start = Clock::now();
   std::vector<float> values(total);

@@ -72,6 +72,9 @@ struct PsServiceOptions {
   // Serve any connection, as if it were the master or any trainer. For
   // tests that drive the service without a master; a server of a job never.
   bool open_to_any_sender = false;
+  // Values one lookup reply may hold (1 GiB of floats): a request that asks
+  // for more is refused RESOURCE_EXHAUSTED before anything is allocated.
+  size_t max_reply_values = size_t{1} << 28;
 };
 
 class PsService {
@@ -200,6 +203,7 @@ class PsService {
   // Backward contexts one trainer may hold open at once (lookups whose push
   // has not come); more are refused.
   static constexpr size_t kMaxContextsPerTrainer = 64;
+  const size_t max_reply_values_;
   // Drops `trainer`'s contexts far behind `step`; RESOURCE_EXHAUSTED when it
   // still holds the most it may and `step` would be a new one.
   Status BoundContextsLocked(uint32_t trainer, uint64_t step);  // REQUIRES: mu_ held

@@ -47,7 +47,7 @@ class PsServiceTest : public ::testing::Test {
   // `open`: the service serves any connection (the test is master and
   // trainers at once); otherwise only those it is told of.
   void Start(const std::string& consistency, int trainers, RowStoreFactory store_factory = nullptr,
-             bool open = true) {
+             bool open = true, size_t max_reply_values = size_t{1} << 28) {
     job_ = MakeJob(consistency, trainers);
     // Every table whole on server 0: shard id = table index.
     plan_ = ShardingPlan{};
@@ -63,6 +63,7 @@ class PsServiceTest : public ::testing::Test {
     }
     PsServiceOptions options{0, std::move(store_factory)};
     options.open_to_any_sender = open;
+    options.max_reply_values = max_reply_values;
     service_ = std::make_unique<PsService>(options);
     Status created = service_->CreateShards(job_, plan_);
     ASSERT_TRUE(created.ok()) << created;
@@ -223,6 +224,16 @@ TEST_F(PsServiceTest, OnlyTheMasterGivesOrdersAndOnlyThePlansTrainersLookUpAndPu
   trainer1.reset();
   master.reset();
   std::filesystem::remove_all(dir);
+}
+
+TEST_F(PsServiceTest, ALookupWhoseReplyWouldBeTooLargeIsRefusedBeforeAnythingIsAllocated) {
+  Start("async", 1, nullptr, true, /*max_reply_values=*/8);
+  // Two bags of 4 columns fit; three do not.
+  EXPECT_TRUE(Call(Lookup(0, 0, {{1}, {2}})).ok());
+  auto big = Call(Lookup(0, 1, {{1}, {2}, {3}}));
+  EXPECT_EQ(big.status().code(), StatusCode::kResourceExhausted) << big.status();
+  EXPECT_NE(big.status().message().find("split the batch"), std::string::npos);
+  EXPECT_TRUE(Call(Lookup(0, 2, {{4}})).ok());
 }
 
 TEST_F(PsServiceTest, LookupPoolsInitialRows) {
