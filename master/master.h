@@ -77,6 +77,10 @@ struct MasterOptions {
   // (servers snapshotted, manifest not yet written); main() ends the process
   // there. 0 = never.
   int crash_in_checkpoint = 0;
+  // Likewise in the middle of the Nth change of the servers while the job
+  // runs (the servers hold the new plan's shards, the trainers have not been
+  // told). 0 = never.
+  int crash_in_migration = 0;
   std::function<void()> crash_hook;
 };
 
@@ -332,6 +336,7 @@ class Master {
   int64_t checkpoint_served_id_ = 0;                     // GUARDED_BY(mu_)
   nlohmann::json checkpoints_ = nlohmann::json::array(); // GUARDED_BY(mu_): taken this run
   int checkpoints_attempted_ = 0;  // by TakeCheckpoint only
+  int migrations_attempted_ = 0;   // by the generation that changes servers only
 };
 
 }  // namespace tessera

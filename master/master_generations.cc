@@ -147,6 +147,11 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
                                                    std::to_string(plan.version) + " on " +
                                                    DescribeServer(members[rank]));
   }
+  if (from.live && options_.crash_in_migration > 0 && ++migrations_attempted_ == options_.crash_in_migration &&
+      options_.crash_hook) {
+    LOG(ERROR) << "--test_crash_in_migration " << options_.crash_in_migration << ": dying in this change";
+    options_.crash_hook();
+  }
   std::vector<StartWaiter> waiters;
   std::vector<int> leaving;
   {

@@ -42,6 +42,9 @@ DEFINE_string(control, "",
               "parameter server ID to the others and shut it down)");
 DEFINE_string(master, "", "With --control: the running master's address");
 DEFINE_int32(test_crash_in_checkpoint, 0, "Fault injection for tests: die in the middle of the Nth checkpoint");
+DEFINE_int32(test_crash_in_migration, 0,
+             "Fault injection for tests: die in the middle of the Nth change of servers (after the servers took the "
+             "new plan, before the trainers heard of it)");
 DEFINE_int64(ps_memory_bytes, 0, "With --print_plan: each server's budget for embedding rows (0: no limit)");
 DEFINE_string(ps_hosts, "", "With --print_plan: comma-separated host of each server (default: one host each)");
 
@@ -197,6 +200,7 @@ int main(int argc, char** argv) {
   options.resume = FLAGS_resume;
   options.recover = FLAGS_recover;
   options.crash_in_checkpoint = FLAGS_test_crash_in_checkpoint;
+  options.crash_in_migration = FLAGS_test_crash_in_migration;
   options.crash_hook = [] {
     google::FlushLogFiles(google::GLOG_INFO);
     std::_Exit(9);

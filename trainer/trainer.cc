@@ -410,7 +410,15 @@ Status Trainer::Train(const GenerationStart& start, json* report) {
         m.AddString(bytes);
       }
       // Waits while the others arrive and every server snapshots.
-      reply = client_->CallSync(master_peer_, std::move(m), milliseconds(job.runtime.rpc_timeout_ms * 10));
+      RpcFuture arrived = client_->Call(master_peer_, std::move(m), milliseconds(job.runtime.rpc_timeout_ms * 10));
+      if (options_.test_crash_in_checkpoint > 0 && ++barriers_arrived_ == options_.test_crash_in_checkpoint &&
+          options_.crash_hook) {
+        std::this_thread::sleep_for(milliseconds(200));  // the request is at the master
+        LOG(ERROR) << "trainer " << options_.rank << ": --test_crash_in_checkpoint: dying at the barrier of step "
+                   << step;
+        options_.crash_hook();
+      }
+      reply = arrived.Wait();
       if (reply.ok()) break;
       // A server lost at the barrier whose backups took over: arrive again,
       // in the new generation.

@@ -52,6 +52,11 @@ struct TrainerOptions {
   // Fault injection for tests: the training thread stops at this step and
   // stays there (heartbeats go on): a stuck trainer. -1: never.
   int64_t test_stall_at_step = -1;
+  // Fault injection for tests: at its Nth checkpoint barrier the trainer
+  // arrives (its request sent), then calls crash_hook while the master
+  // snapshots. 0 = never.
+  int test_crash_in_checkpoint = 0;
+  std::function<void()> crash_hook;
 };
 
 class Trainer {
@@ -135,6 +140,7 @@ class Trainer {
   std::optional<TrainerProgress> pending_progress_;  // GUARDED_BY(mu_)
   std::atomic<bool> stop_training_{false};
   std::atomic<int64_t> steps_done_{0};  // steps finished, all generations; sent in heartbeats
+  int barriers_arrived_ = 0;  // checkpoint barriers, all generations (test_crash_in_checkpoint); training thread
   // The master's generation (from heartbeats and barriers) and the one this
   // trainer runs; when the first passes the second, the step is dropped.
   std::atomic<int64_t> master_generation_{0}, running_generation_{0};

@@ -21,6 +21,8 @@ DEFINE_int32(blas_threads, 1, "BLAS threads for the dense layers");
 DEFINE_string(device, "cpu", "cpu, auto (a GPU if usable, else the CPU) or cuda:N");
 DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
 DEFINE_int64(test_stall_at_step, -1, "Fault injection for tests: stop training at this step, heartbeats going on");
+DEFINE_int32(test_crash_in_checkpoint, 0,
+             "Fault injection for tests: die at the Nth checkpoint barrier, after arriving, while the master snapshots");
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("tessera_trainer --master tcp://HOST:PORT --rank R --world W [--metrics_file F]");
@@ -51,6 +53,11 @@ int main(int argc, char** argv) {
   options.device = *device;
   options.register_timeout_ms = FLAGS_register_timeout_ms;
   options.test_stall_at_step = FLAGS_test_stall_at_step;
+  options.test_crash_in_checkpoint = FLAGS_test_crash_in_checkpoint;
+  options.crash_hook = [] {
+    google::FlushLogFiles(google::GLOG_INFO);
+    std::_Exit(9);
+  };
   // The job is over for this trainer: Run() returns once its thread is free;
   // should that thread be stuck with a dead peer (a collective has no way to
   // be interrupted), the process ends anyway after a grace period.

@@ -416,6 +416,56 @@ TEST(ElasticTest, MasterKilledDuringACheckpointIsRestartedAndTheJobEndsLikeAnUnd
   std::filesystem::remove_all(root);
 }
 
+// The master dies after the servers took a new plan (a server was added)
+// and before the trainers heard of it: a new master takes over, rolls back to
+// the checkpoint the change was made from, with every server that is there.
+TEST(ElasticTest, MasterKilledDuringAMigrationIsRestartedAndTheJobEndsLikeAnUndisturbedRun) {
+  Undisturbed();
+  const std::string root = TempRoot("kill_master_in_migration");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_kill_master_in_migration");
+  ASSERT_TRUE(c.StartJob(Job(root), 2, 2, {"--test_crash_in_migration", "1"}).ok());
+  ASSERT_TRUE(c.WaitForSteps(0, SeededStep(10, kSteps / 3, 11), milliseconds(60000))) << c.Log("master");
+  ASSERT_TRUE(c.StartPs(2).ok());
+  ASSERT_EQ(c.Wait("master", milliseconds(60000)), 9) << c.Log("master");
+  EXPECT_NE(c.Log("master").find("--test_crash_in_migration 1: dying in this change"), std::string::npos);
+  ASSERT_TRUE(c.RestartMaster("master_recovered", {"--recover", "--dump_dir", c.dir() + "/dump"}).ok());
+  ASSERT_EQ(c.Wait("master_recovered", milliseconds(120000)), 0) << c.Log("master_recovered") << c.Log("trainer0");
+  const std::string log = c.Log("master_recovered");
+  EXPECT_NE(log.find("rolling back to step"), std::string::npos) << log;
+  EXPECT_NE(log.find("on 3 parameter server(s)"), std::string::npos) << log;
+  for (const char* p : {"ps0", "ps1", "ps2"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
+  ExpectTrainersFinished(c);
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
+// A trainer dies at a checkpoint barrier after arriving, while the master
+// snapshots: the checkpoint completes without it, a replacement takes the
+// rank, and the job rolls back (to that checkpoint) and ends as undisturbed.
+TEST(ElasticTest, TrainerKilledDuringACheckpointIsReplacedAndTheJobEndsLikeAnUndisturbedRun) {
+  Undisturbed();
+  const std::string root = TempRoot("kill_trainer_in_checkpoint");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_kill_trainer_in_checkpoint");
+  const int64_t nth = SeededStep(2, 6, 12);
+  ASSERT_TRUE(c.StartMaster(Job(root), {"--num_ps", "2", "--num_trainers", "2", "--dump_dir", c.dir() + "/dump"}).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(c.StartPs(i).ok());
+  ASSERT_TRUE(c.StartTrainer(0, 2).ok());
+  ASSERT_TRUE(c.StartTrainer(1, 2, "", {"--test_crash_in_checkpoint", std::to_string(nth)}).ok());
+  ASSERT_EQ(c.Wait("trainer1", milliseconds(60000)), 9) << c.Log("trainer1");
+  ASSERT_TRUE(c.StartTrainer(1, 2, "trainer1_replacement").ok());
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master") << c.Log("trainer1_replacement");
+  const std::string log = c.Log("master");
+  EXPECT_NE(log.find("[master] lost trainer 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("rolling back to step"), std::string::npos) << log;
+  EXPECT_EQ(c.Wait("trainer1_replacement", milliseconds(20000)), 0) << c.Log("trainer1_replacement");
+  EXPECT_EQ(c.Wait("trainer0", milliseconds(20000)), 0) << c.Log("trainer0");
+  EXPECT_EQ(c.Metrics(0).back()["step"], kSteps - 1);
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
 TEST(ElasticTest, ReplicatedJobEndsLikeAnUndisturbedOneAndBackupsEqualPrimaries) {
   Undisturbed();
   const std::string root = TempRoot("replicated");
