@@ -21,11 +21,22 @@
 
 #include <glog/logging.h>
 
+#include "common/checksum.h"
 #include "common/messages.h"
 #include "master/checkpoint_files.h"
 #include "master/master.h"
 
 namespace tessera {
+
+namespace {
+
+uint64_t StateChecksum(const std::string& bytes) {
+  Checksum64 sum;
+  sum.Update(bytes.data(), bytes.size());
+  return sum.Final();
+}
+
+}  // namespace
 
 using nlohmann::json;
 using std::chrono::milliseconds;
@@ -219,7 +230,9 @@ Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state, st
                    {"job", job_.ToJson()},
                    {"plan", plan_json},
                    {"shards", shards},
-                   {"trainer_state", "trainer.params"}};
+                   {"trainer_state", "trainer.params"},
+                   {"trainer_state_bytes", static_cast<int64_t>(trainer_state.size())},
+                   {"trainer_state_checksum", StateChecksum(trainer_state)}};
   const auto manifest_start = Clock::now();
   int64_t manifest_bytes = 0;
   TESSERA_RETURN_IF_ERROR(WriteManifest(dir, manifest, &manifest_bytes));
@@ -313,6 +326,23 @@ StatusOr<Master::RestorePoint> Master::ReadRestorePointUnchecked(const std::stri
       return Status::DataLoss("checkpoint " + dir + ": the snapshot of shard " + std::to_string(id) + " (" + path +
                               ") is missing");
     }
+    // Every file the server wrote, at the size it wrote (older manifests
+    // list none).
+    const auto files = s.find("files");
+    if (files != s.end()) {
+      for (auto f = files->begin(); f != files->end(); ++f) {
+        const std::string file = path + "/" + f.key();
+        const int64_t want = f.value().get<int64_t>();
+        std::error_code ec;
+        const auto size = std::filesystem::file_size(file, ec);
+        if (ec || static_cast<int64_t>(size) != want) {
+          return Status::DataLoss("checkpoint " + dir + ": " + file + " " +
+                                  (ec ? "is missing"
+                                      : "has " + std::to_string(size) + " bytes, the manifest says " +
+                                            std::to_string(want)));
+        }
+      }
+    }
     restore.push_back({{"table", job_.tables[spec.table].name},
                        {"row_offset", spec.row_offset},
                        {"num_rows", spec.num_rows},
@@ -333,6 +363,12 @@ StatusOr<Master::RestorePoint> Master::ReadRestorePointUnchecked(const std::stri
   RestorePoint point;
   point.dir = dir;
   point.trainer_state = ss.str();
+  if (manifest.contains("trainer_state_checksum") &&
+      (static_cast<int64_t>(point.trainer_state.size()) != manifest.at("trainer_state_bytes").get<int64_t>() ||
+       StateChecksum(point.trainer_state) != manifest.at("trainer_state_checksum").get<uint64_t>())) {
+    return Status::DataLoss("checkpoint " + dir + ": its trainer state (" + std::to_string(point.trainer_state.size()) +
+                            " bytes) is not what was written: size or checksum differ from the manifest's");
+  }
   point.step = manifest.at("step").get<int64_t>();
   point.restore = {{"step", point.step}, {"shards", restore}};
   return point;

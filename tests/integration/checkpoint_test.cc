@@ -125,6 +125,29 @@ TEST(CheckpointTest, MovedFolderLoadsDamagedNewestIsNamedAndAMissingShardIsAnErr
   EXPECT_NE(log.find("checkpoint " + newest + " is damaged"), std::string::npos) << log;
   EXPECT_NE(log.find("at step 3"), std::string::npos) << log;
 
+  // A file of the remaining checkpoint cut short, or its trainer state
+  // changed: found from the manifest before anything loads, and named.
+  const std::string older = root + "/b/ckpt-000000000003";
+  std::string rows_file;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(older)) {
+    if (e.path().filename() == "rows.bin") rows_file = e.path().string();
+  }
+  ASSERT_FALSE(rows_file.empty());
+  std::filesystem::copy_file(rows_file, root + "/rows.bin.saved");
+  std::filesystem::resize_file(rows_file, std::filesystem::file_size(rows_file) - 8);
+  testing::LocalCluster cut("damaged_cut");
+  EXPECT_EQ(RunJob(cut, Config(root + "/b", 10, 0), 2, {"--resume"}), 1);
+  EXPECT_NE(cut.Log("master").find(rows_file + " has "), std::string::npos) << cut.Log("master");
+  std::filesystem::copy_file(root + "/rows.bin.saved", rows_file, std::filesystem::copy_options::overwrite_existing);
+  {
+    std::fstream state(older + "/trainer.params", std::ios::in | std::ios::out | std::ios::binary);
+    state.seekp(10);
+    state.put('\x5a');
+  }
+  testing::LocalCluster changed("damaged_state");
+  EXPECT_EQ(RunJob(changed, Config(root + "/b", 10, 0), 2, {"--resume"}), 1);
+  EXPECT_NE(changed.Log("master").find("its trainer state"), std::string::npos) << changed.Log("master");
+
   // Every remaining checkpoint lacks a shard: an error that names it.
   for (const std::string& dir : {root + "/b/ckpt-000000000003"}) {
     std::ifstream in(dir + "/manifest.json");
