@@ -159,5 +159,34 @@ TEST(MessagesTest, JsonRoundTripAndGarbage) {
   EXPECT_EQ(DecodeJson(garbage).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The transport's decoding of received parts: a header it cannot accept
+// still yields the request id, so the sender can be told.
+TEST(WireFormatTest, DecodeMessageKeepsTheRequestIdOfABadHeader) {
+  Header h;
+  h.op = Opcode::kLookup;
+  h.request_id = 77;
+  h.frame_count = 2;
+  uint8_t header[kHeaderBytes];
+  EncodeHeader(h, header);
+  auto parts = [&](int frames) {
+    std::vector<zmq::message_t> p;
+    p.emplace_back("routing", 7);
+    p.emplace_back(header, kHeaderBytes);
+    for (int i = 0; i < frames; ++i) p.emplace_back("x", 1);
+    return p;
+  };
+  Message m;
+  ASSERT_TRUE(DecodeMessage(parts(2), 1, &m).ok());
+  EXPECT_EQ(m.frames.size(), 2u);
+  const Status wrong_count = DecodeMessage(parts(3), 1, &m);
+  EXPECT_NE(wrong_count.message().find("announces 2 frames but 3 arrived"), std::string::npos) << wrong_count;
+  EXPECT_EQ(m.header.request_id, 77u);
+  header[4] = 9;  // an unknown protocol version
+  EXPECT_FALSE(DecodeMessage(parts(2), 1, &m).ok());
+  EXPECT_EQ(m.header.request_id, 77u);
+  EXPECT_EQ(m.header.op, Opcode::kLookup);
+  EXPECT_FALSE(DecodeMessage(parts(0), 2, &m).ok());  // no header at all
+}
+
 }  // namespace
 }  // namespace tessera

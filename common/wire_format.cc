@@ -120,4 +120,29 @@ Status ExpectFrames(const Message& m, size_t n) {
   return Status::OK();
 }
 
+Status DecodeMessage(std::vector<zmq::message_t>&& parts, size_t first, Message* m) {
+  m->frames.clear();
+  m->header = Header();
+  if (parts.size() <= first) return Status::InvalidArgument("empty message");
+  const zmq::message_t& hdr = parts[first];
+  // Read the request id even from a header that fails validation, so the
+  // sender can be told which request was malformed.
+  if (hdr.size() >= 16) {
+    const auto* p = static_cast<const uint8_t*>(hdr.data());
+    m->header.op = static_cast<Opcode>(Get16(p + 6));
+    m->header.request_id = Get64(p + 8);
+  }
+  Header h;
+  TESSERA_RETURN_IF_ERROR(DecodeHeader(hdr.data(), hdr.size(), &h));
+  m->header = h;
+  const size_t frames = parts.size() - first - 1;
+  if (frames != h.frame_count) {
+    return Status::InvalidArgument("header announces " + std::to_string(h.frame_count) + " frames but " +
+                                   std::to_string(frames) + " arrived");
+  }
+  m->frames.reserve(frames);
+  for (size_t i = first + 1; i < parts.size(); ++i) m->frames.push_back(std::move(parts[i]));
+  return Status::OK();
+}
+
 }  // namespace tessera

@@ -115,6 +115,14 @@ Status StatusFromReply(const Message& reply);
 // Checks the message has exactly `n` frames.
 Status ExpectFrames(const Message& m, size_t n);
 
+// The received parts of one multipart message from `first` on (Header
+// Frame*, after any routing id) as *m, the frames moved out of `parts`.
+// InvalidArgument when there is no header, the header is malformed or the
+// frame count disagrees with it; *m's header then holds what could be read
+// (op and request id, when the header has 16 bytes or more), so the receiver
+// can answer the sender with an error reply.
+Status DecodeMessage(std::vector<zmq::message_t>&& parts, size_t first, Message* m);
+
 // A typed read-only view of a received array frame. Keeps a copy only when
 // the frame's bytes are not aligned for T.
 template <typename T>

@@ -45,37 +45,13 @@ Status RecvMessage(zmq::socket_t& socket, std::string* routing_id, Message* m, s
     routing_id->assign(static_cast<const char*>(parts[0].data()), parts[0].size());
     first = 1;
   }
-  m->frames.clear();
-  m->header = Header();
   if (user_id != nullptr) {
     // Every part carries its connection's metadata; the routing id, made by
     // the ROUTER itself, does not.
     const char* user = parts.size() > first ? zmq_msg_gets(parts[first].handle(), "User-Id") : nullptr;
     user_id->assign(user != nullptr ? user : "");
   }
-  if (parts.size() <= first) return Status::InvalidArgument("empty message");
-  const zmq::message_t& hdr = parts[first];
-  // Read the request id even from a header that fails validation, so the
-  // sender can be told which request was malformed.
-  if (hdr.size() >= 16) {
-    const auto* p = static_cast<const uint8_t*>(hdr.data());
-    uint64_t id = 0;
-    for (int i = 7; i >= 0; --i) id = (id << 8) | p[8 + i];
-    m->header.request_id = id;
-    m->header.op = static_cast<Opcode>(p[6] | (p[7] << 8));
-  }
-  Header h;
-  Status st = DecodeHeader(hdr.data(), hdr.size(), &h);
-  if (!st.ok()) return st;
-  m->header = h;
-  const size_t frames = parts.size() - first - 1;
-  if (frames != h.frame_count) {
-    return Status::InvalidArgument("header announces " + std::to_string(h.frame_count) + " frames but " +
-                                   std::to_string(frames) + " arrived");
-  }
-  m->frames.reserve(frames);
-  for (size_t i = first + 1; i < parts.size(); ++i) m->frames.push_back(std::move(parts[i]));
-  return Status::OK();
+  return DecodeMessage(std::move(parts), first, m);
 }
 
 }  // namespace tessera
