@@ -120,6 +120,34 @@ std::vector<CriteoFeature> AllCriteoFeatures(int64_t num_rows) {
   return out;
 }
 
+Status ParseCriteoLine(std::string_view line, const std::vector<CriteoFeature>& features, CriteoExample* out) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // tolerate CRLF files
+  std::array<std::string_view, kFields> fields;
+  const int n = SplitTabs(line, &fields);
+  if (n != kFields) {
+    return Status::InvalidArgument("expected " + std::to_string(kFields) + " tab-separated fields, found " +
+                                   std::to_string(n));
+  }
+  if (fields[0] != "0" && fields[0] != "1") {
+    return Status::InvalidArgument("label must be 0 or 1, got " + Quote(fields[0]));
+  }
+  out->label = fields[0] == "1" ? 1.0f : 0.0f;
+  for (int j = 0; j < kCriteoNumDense; ++j) {
+    const std::string_view field = fields[1 + j];
+    int64_t x = 0;
+    if (!field.empty() && !ParseInteger(field, &x)) {
+      return Status::InvalidArgument("I" + std::to_string(j + 1) + " is not an integer: " + Quote(field));
+    }
+    // Missing -> x = 0 -> log(1) = 0, as the spec asks.
+    out->dense[j] = static_cast<float>(std::log(1.0 + static_cast<double>(std::max<int64_t>(x, 0))));
+  }
+  out->ids.clear();
+  for (const CriteoFeature& f : features) {
+    out->ids.push_back(CriteoRow(f.column, fields[1 + kCriteoNumDense + f.column], f.num_rows));
+  }
+  return Status::OK();
+}
+
 StatusOr<std::unique_ptr<DataSource>> OpenCriteoTsv(const CriteoOptions& options) {
   TESSERA_RETURN_IF_ERROR(ValidateOptions(options));
   std::ifstream in(options.path, std::ios::binary);
@@ -135,38 +163,15 @@ StatusOr<std::unique_ptr<DataSource>> OpenCriteoTsv(const CriteoOptions& options
   std::vector<std::vector<int64_t>> ids(num_features);
 
   std::string line;
-  std::array<std::string_view, kFields> fields;
+  CriteoExample example;
   int64_t line_no = 0;
   while ((options.max_examples == 0 || line_no < options.max_examples) && std::getline(in, line)) {
     ++line_no;
-    const auto where = [&] { return options.path + ":" + std::to_string(line_no) + ": "; };
-    std::string_view text(line);
-    if (!text.empty() && text.back() == '\r') text.remove_suffix(1);  // tolerate CRLF files
-
-    const int n = SplitTabs(text, &fields);
-    if (n != kFields) {
-      return Status::InvalidArgument(where() + "expected " + std::to_string(kFields) + " tab-separated fields, found " +
-                                     std::to_string(n));
-    }
-    if (fields[0] != "0" && fields[0] != "1") {
-      return Status::InvalidArgument(where() + "label must be 0 or 1, got " + Quote(fields[0]));
-    }
-    labels.push_back(fields[0] == "1" ? 1.0f : 0.0f);
-
-    for (int j = 0; j < kCriteoNumDense; ++j) {
-      const std::string_view field = fields[1 + j];
-      int64_t x = 0;
-      if (!field.empty() && !ParseInteger(field, &x)) {
-        return Status::InvalidArgument(where() + "I" + std::to_string(j + 1) + " is not an integer: " + Quote(field));
-      }
-      // Missing -> x = 0 -> log(1) = 0, as the spec asks.
-      dense.push_back(static_cast<float>(std::log(1.0 + static_cast<double>(std::max<int64_t>(x, 0)))));
-    }
-
-    for (size_t f = 0; f < num_features; ++f) {
-      const int column = options.features[f].column;
-      ids[f].push_back(CriteoRow(column, fields[1 + kCriteoNumDense + column], options.features[f].num_rows));
-    }
+    const Status st = ParseCriteoLine(line, options.features, &example);
+    if (!st.ok()) return st.WithContext(options.path + ":" + std::to_string(line_no));
+    labels.push_back(example.label);
+    dense.insert(dense.end(), example.dense.begin(), example.dense.end());
+    for (size_t f = 0; f < num_features; ++f) ids[f].push_back(example.ids[f]);
   }
   if (in.bad()) return Status::DataLoss("error reading Criteo file " + options.path);
   if (labels.empty()) return Status::InvalidArgument("Criteo file " + options.path + " is empty: no examples");

@@ -12,9 +12,11 @@
 // bytes per example.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -47,6 +49,20 @@ struct CriteoOptions {
 
 // C1..C26 in order, each with a table of `num_rows` rows.
 std::vector<CriteoFeature> AllCriteoFeatures(int64_t num_rows);
+
+// One line of the file, preprocessed.
+struct CriteoExample {
+  float label = 0;
+  std::array<float, kCriteoNumDense> dense{};
+  std::vector<int64_t> ids;  // one per feature asked for, in that order
+};
+
+// Parses one line (without its '\n'; a final '\r' is dropped) into *out.
+// Errors (InvalidArgument, naming the field but not the file or line): not
+// exactly 40 fields; a label other than "0" / "1"; an integer field that is
+// not a decimal integer. REQUIRES: `features` passed OpenCriteoTsv's checks
+// (columns in 0..25, num_rows >= 1).
+Status ParseCriteoLine(std::string_view line, const std::vector<CriteoFeature>& features, CriteoExample* out);
 
 // Loads options.path. Errors (InvalidArgument unless noted), each naming the
 // file and, for bad content, the 1-based line number: the file cannot be

@@ -115,6 +115,25 @@ TEST_F(CriteoParseTest, TrailingTabMissingAndNegativeValues) {
   EXPECT_EQ(batch.sparse.values[0], CriteoRow(0, "deadbeef", 1000));
 }
 
+// One line on its own, as the reader and the fuzz target parse it: the
+// features asked for in their order, errors without a file or line.
+TEST(CriteoLineTest, ParsesOneLine) {
+  std::vector<std::string> cats(26, "");
+  cats[0] = "68fd1e64";
+  cats[13] = "b28479f6";
+  CriteoExample example;
+  const std::vector<CriteoFeature> features = {{.column = 13, .num_rows = 1000}, {.column = 0, .num_rows = 1000}};
+  ASSERT_TRUE(ParseCriteoLine(Line("1", {"3", "", "-4"}, cats) + "\r", features, &example).ok());
+  EXPECT_EQ(example.label, 1.0f);
+  EXPECT_EQ(example.dense[0], static_cast<float>(std::log(4.0)));
+  EXPECT_EQ(example.dense[1], 0.0f);
+  EXPECT_EQ(example.dense[2], 0.0f);
+  EXPECT_EQ(example.ids, (std::vector<int64_t>{64, 123}));  // REFERENCE.md's test vectors
+  const Status bad = ParseCriteoLine(Line("1", {"x"}, cats), features, &example);
+  EXPECT_EQ(bad.message(), "I1 is not an integer: \"x\"");
+  EXPECT_FALSE(ParseCriteoLine("1\t2", features, &example).ok());
+}
+
 TEST_F(CriteoParseTest, FeatureOrderRowsAndBatchLayout) {
   std::vector<std::string> cats(26, "");
   cats[0] = "68fd1e64";
