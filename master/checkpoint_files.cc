@@ -9,7 +9,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <vector>
+
+#include "master/checkpoint_manifest.h"
 
 namespace tessera {
 namespace {
@@ -100,14 +103,11 @@ std::vector<std::string> CompleteCheckpoints(const std::string& root) {
 StatusOr<nlohmann::json> ReadManifest(const std::string& dir) {
   std::ifstream in(dir + "/manifest.json");
   if (!in) return Status::DataLoss("checkpoint " + dir + ": cannot read its manifest.json");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return Status::DataLoss("checkpoint " + dir + ": manifest.json is not valid JSON (truncated or damaged)");
-  }
-  if (!j.contains("step") || !j["step"].is_number_integer()) {
-    return Status::DataLoss("checkpoint " + dir + ": manifest.json has no integer step");
-  }
-  return j;
+  std::stringstream text;
+  text << in.rdbuf();
+  auto manifest = ParseManifest(text.str());
+  if (!manifest.ok()) return manifest.status().WithContext("checkpoint " + dir);
+  return manifest;
 }
 
 std::string ResolveShardPath(const std::string& dir, const std::string& path) {

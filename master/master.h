@@ -188,7 +188,6 @@ class Master {
   Status TakeCheckpoint(int64_t step, const std::string& trainer_state, std::string* dir, nlohmann::json* manifest);
   // The checkpoint in `dir` (its manifest read), checked against this job.
   StatusOr<RestorePoint> ReadRestorePoint(const std::string& dir, const nlohmann::json& manifest) const;
-  StatusOr<RestorePoint> ReadRestorePointUnchecked(const std::string& dir, const nlohmann::json& manifest) const;
   // The newest complete checkpoint, or step 0 when there is none.
   StatusOr<RestorePoint> NewestRestorePoint(bool required) const;
 

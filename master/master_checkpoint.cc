@@ -24,19 +24,10 @@
 #include "common/checksum.h"
 #include "common/messages.h"
 #include "master/checkpoint_files.h"
+#include "master/checkpoint_manifest.h"
 #include "master/master.h"
 
 namespace tessera {
-
-namespace {
-
-uint64_t StateChecksum(const std::string& bytes) {
-  Checksum64 sum;
-  sum.Update(bytes.data(), bytes.size());
-  return sum.Final();
-}
-
-}  // namespace
 
 using nlohmann::json;
 using std::chrono::milliseconds;
@@ -225,14 +216,7 @@ Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state, st
     LOG(ERROR) << "crashing in the middle of checkpoint " << checkpoints_attempted_ << " (test fault injection)";
     options_.crash_hook();
   }
-  json manifest = {{"format", 1},
-                   {"step", step},
-                   {"job", job_.ToJson()},
-                   {"plan", plan_json},
-                   {"shards", shards},
-                   {"trainer_state", "trainer.params"},
-                   {"trainer_state_bytes", static_cast<int64_t>(trainer_state.size())},
-                   {"trainer_state_checksum", StateChecksum(trainer_state)}};
+  json manifest = MakeManifest(step, job_.ToJson(), plan_json, std::move(shards));
   const auto manifest_start = Clock::now();
   int64_t manifest_bytes = 0;
   TESSERA_RETURN_IF_ERROR(WriteManifest(dir, manifest, &manifest_bytes));
@@ -282,94 +266,33 @@ StatusOr<Master::RestorePoint> Master::NewestRestorePoint(bool required) const {
 }
 
 StatusOr<Master::RestorePoint> Master::ReadRestorePoint(const std::string& dir, const json& manifest) const {
-  try {
-    return ReadRestorePointUnchecked(dir, manifest);
-  } catch (const json::exception& e) {
-    return Status::DataLoss("checkpoint " + dir + ": malformed manifest: " + e.what());
-  }
-}
-
-StatusOr<Master::RestorePoint> Master::ReadRestorePointUnchecked(const std::string& dir, const json& manifest) const {
-  // A manifest that does not parse is a damaged checkpoint (DATA_LOSS: an
-  // older one may serve), not a wrong request.
-  auto old_job = ParseJobConfigJson(manifest.at("job"), "");
-  if (!old_job.ok()) return Status::DataLoss("checkpoint " + dir + ": its job: " + old_job.status().message());
-  auto old_plan = ShardingPlan::FromJson(manifest.at("plan"));
-  if (!old_plan.ok()) return Status::DataLoss("checkpoint " + dir + ": its plan: " + old_plan.status().message());
-  // The tables must be the same tables; their placement may change.
-  if (old_job->tables.size() != job_.tables.size()) {
-    return Status::FailedPrecondition("checkpoint " + dir + " has " + std::to_string(old_job->tables.size()) +
-                                      " tables, the job " + std::to_string(job_.tables.size()));
-  }
-  for (size_t t = 0; t < job_.tables.size(); ++t) {
-    const TableConfig &a = old_job->tables[t], &b = job_.tables[t];
-    if (a.name != b.name || a.num_embeddings != b.num_embeddings || a.embedding_dim != b.embedding_dim ||
-        a.optimizer.type != b.optimizer.type) {
-      return Status::FailedPrecondition("table " + b.name + " differs from the checkpoint's table " + a.name +
-                                        " (name, rows, dim and optimizer must match)");
-    }
-  }
-  // Every shard of the plan once, each on disk: a missing one would leave
-  // its rows at their initial values without a word.
+  auto checked = CheckManifest(manifest, job_);
+  if (!checked.ok()) return checked.status().WithContext("checkpoint " + dir);
+  // Every shard on disk: a missing one would leave its rows at their
+  // initial values without a word.
   json restore = json::array();
-  std::vector<bool> seen(old_plan->shards.size(), false);
-  for (const json& s : manifest.at("shards")) {
-    const uint32_t id = s.at("shard_id").get<uint32_t>();
-    if (id >= old_plan->shards.size() || seen[id]) {
-      return Status::DataLoss("checkpoint " + dir + ": shard " + std::to_string(id) +
-                              " is unknown to its plan or listed twice");
-    }
-    seen[id] = true;
-    const ShardSpec& spec = old_plan->shards[id];
-    const std::string path = ResolveShardPath(dir, s.at("path").get<std::string>());
+  for (size_t id = 0; id < checked->shards.size(); ++id) {
+    const ManifestShard& s = checked->shards[id];
+    const std::string path = ResolveShardPath(dir, s.path);
     if (!std::filesystem::is_directory(path)) {
       return Status::DataLoss("checkpoint " + dir + ": the snapshot of shard " + std::to_string(id) + " (" + path +
                               ") is missing");
     }
-    // Every file the server wrote, at the size it wrote (older manifests
-    // list none).
-    const auto files = s.find("files");
-    if (files != s.end()) {
-      for (auto f = files->begin(); f != files->end(); ++f) {
-        const std::string file = path + "/" + f.key();
-        const int64_t want = f.value().get<int64_t>();
-        std::error_code ec;
-        const auto size = std::filesystem::file_size(file, ec);
-        if (ec || static_cast<int64_t>(size) != want) {
-          return Status::DataLoss("checkpoint " + dir + ": " + file + " " +
-                                  (ec ? "is missing"
-                                      : "has " + std::to_string(size) + " bytes, the manifest says " +
-                                            std::to_string(want)));
-        }
-      }
-    }
-    restore.push_back({{"table", job_.tables[spec.table].name},
-                       {"row_offset", spec.row_offset},
-                       {"num_rows", spec.num_rows},
-                       {"col_offset", spec.col_offset},
-                       {"num_cols", spec.num_cols},
+    restore.push_back({{"table", s.table},
+                       {"row_offset", s.spec.row_offset},
+                       {"num_rows", s.spec.num_rows},
+                       {"col_offset", s.spec.col_offset},
+                       {"num_cols", s.spec.num_cols},
                        {"path", path}});
   }
-  for (size_t id = 0; id < seen.size(); ++id) {
-    if (!seen[id]) {
-      return Status::DataLoss("checkpoint " + dir + ": its manifest lacks shard " + std::to_string(id) + " of table " +
-                              job_.tables[old_plan->shards[id].table].name);
-    }
-  }
-  std::ifstream in(dir + "/" + manifest.value("trainer_state", std::string("trainer.params")), std::ios::binary);
+  std::ifstream in(dir + "/" + checked->trainer_state, std::ios::binary);
   if (!in) return Status::DataLoss("checkpoint " + dir + " has no trainer state");
   std::stringstream ss;
   ss << in.rdbuf();
   RestorePoint point;
   point.dir = dir;
   point.trainer_state = ss.str();
-  if (manifest.contains("trainer_state_checksum") &&
-      (static_cast<int64_t>(point.trainer_state.size()) != manifest.at("trainer_state_bytes").get<int64_t>() ||
-       StateChecksum(point.trainer_state) != manifest.at("trainer_state_checksum").get<uint64_t>())) {
-    return Status::DataLoss("checkpoint " + dir + ": its trainer state (" + std::to_string(point.trainer_state.size()) +
-                            " bytes) is not what was written: size or checksum differ from the manifest's");
-  }
-  point.step = manifest.at("step").get<int64_t>();
+  point.step = checked->step;
   point.restore = {{"step", point.step}, {"shards", restore}};
   return point;
 }
