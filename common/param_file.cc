@@ -30,6 +30,7 @@ class Reader {
   Reader(const std::string& data, size_t end) : data_(data), end_(end) {}
   bool Bytes(void* out, size_t n) {
     if (end_ - pos_ < n) return false;
+    if (n == 0) return true;  // an empty array's data() may be null, which memcpy must not get
     std::memcpy(out, data_.data() + pos_, n);
     pos_ += n;
     return true;
@@ -189,6 +190,12 @@ StatusOr<std::vector<ParamArray>> DecodeParams(const std::string& data, const st
       (void)r.Bytes(a.bytes.data(), n);
     }
     out.push_back(std::move(a));
+  }
+  // The count covers every entry: bytes beyond them would be entries the
+  // reader silently dropped.
+  if (r.remaining() != 0) {
+    return Status::DataLoss(path + ": " + std::to_string(r.remaining()) + " bytes after its " + std::to_string(count) +
+                            " entries");
   }
   return out;
 }

@@ -48,6 +48,35 @@ TEST(ParamFileTest, DamageIsDetected) {
   EXPECT_EQ(ReadParamFile(TempPath("missing.params")).status().code(), StatusCode::kNotFound);
 }
 
+// Arrays of no elements (a fuzzer's find: reading one passed memcpy a null
+// pointer, undefined behaviour that UBSan reports).
+TEST(ParamFileTest, EmptyArraysRoundTrip) {
+  auto bytes = EncodeParams({ParamArray::Floats("f", 0, 4, {}), ParamArray::Ints("i", 3, 0, {}),
+                             ParamArray::Text("t", "")});
+  ASSERT_TRUE(bytes.ok());
+  auto back = DecodeParams(*bytes, "state");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), 3u);
+  EXPECT_EQ((*back)[0].cols, 4);
+  EXPECT_TRUE((*back)[1].i64.empty());
+  EXPECT_EQ((*back)[2].bytes, "");
+}
+
+// A count that leaves entries out is damage even under a valid checksum (a
+// fuzzer's find: the extra entry used to be dropped without a word).
+TEST(ParamFileTest, BytesAfterTheLastEntryAreAnError) {
+  auto bytes = EncodeParams({ParamArray::Floats("a", 1, 1, {1}), ParamArray::Floats("b", 1, 1, {2})});
+  ASSERT_TRUE(bytes.ok());
+  std::string data = *bytes;
+  data[8] = 1;  // count := 1 (little-endian, after the 8-byte magic)
+  const uint32_t crc = Crc32(data.data(), data.size() - 4);
+  for (int i = 0; i < 4; ++i) data[data.size() - 4 + i] = static_cast<char>(crc >> (8 * i));
+  auto decoded = DecodeParams(data, "state");
+  EXPECT_EQ(decoded.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(decoded.status().message().find("after its 1 entries"), std::string::npos) << decoded.status();
+  EXPECT_TRUE(DecodeParams(*bytes, "state").ok());
+}
+
 TEST(ParamFileTest, ShapeMismatchIsAnError) {
   EXPECT_FALSE(WriteParamFile(TempPath("c.params"), {ParamArray::Floats("w", 2, 2, {1, 2, 3})}).ok());
 }
