@@ -411,8 +411,9 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
 }
 
 StatusOr<JobConfig> ParseJobConfig(const std::string& text, const std::string& base_dir) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
-  if (j.is_discarded()) return Status::InvalidArgument("job config is not valid JSON");
+  json j;
+  const Status st = ParseJson(text, &j, /*allow_comments=*/true);
+  if (!st.ok()) return Status::InvalidArgument("job config is " + st.message());
   return ParseJobConfigJson(j, base_dir);
 }
 

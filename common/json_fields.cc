@@ -4,6 +4,23 @@
 
 namespace tessera {
 
+Status ParseJson(std::string_view text, nlohmann::json* out, bool allow_comments) {
+  bool too_deep = false;
+  // Values past the limit are dropped as they are read, so nothing deep is
+  // ever built (the parser itself keeps its nesting on the heap).
+  auto depth_limit = [&too_deep](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > kMaxJsonDepth) too_deep = true;
+    return !too_deep;
+  };
+  *out = nlohmann::json::parse(text.begin(), text.end(), depth_limit, /*allow_exceptions=*/false, allow_comments);
+  if (too_deep) {
+    *out = nlohmann::json();
+    return Status::InvalidArgument("JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
+  if (out->is_discarded()) return Status::InvalidArgument("not valid JSON");
+  return Status::OK();
+}
+
 JsonFields::JsonFields(const nlohmann::json& object, std::string path) : j_(object), path_(std::move(path)) {}
 
 std::string JsonFields::PathOf(const char* key) const { return path_.empty() ? key : path_ + "." + key; }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,18 @@
 #include "common/status.h"
 
 namespace tessera {
+
+// Deeper JSON than any Tessera message or file has (a job config inside a
+// start reply is about 6 levels).
+inline constexpr int kMaxJsonDepth = 64;
+
+// Parses JSON text (with // and /* */ comments when allow_comments) into
+// *out. InvalidArgument when it is not JSON or nests deeper than
+// kMaxJsonDepth: printing, copying and comparing a value recurse once per
+// level, so a peer's 200 KB of '[' would otherwise overflow the stack of
+// whoever prints its error. Every JSON that crosses the wire or comes from a
+// file is read through this.
+Status ParseJson(std::string_view text, nlohmann::json* out, bool allow_comments = false);
 
 class JsonFields {
  public:

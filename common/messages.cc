@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_fields.h"
+
 namespace tessera {
 
 Message EncodeLookupRequest(const LookupMeta& meta, std::vector<LookupEntry>&& entries,
@@ -129,9 +131,9 @@ StatusOr<nlohmann::json> DecodeJsonFrame(const Message& m, size_t index) {
   TESSERA_RETURN_IF_ERROR(StatusFromReply(m));
   if (index >= m.frames.size()) return Status::InvalidArgument(std::string(OpcodeName(m.header.op)) + ": missing JSON frame");
   const auto& f = m.frames[index];
-  const char* begin = static_cast<const char*>(f.data());
-  nlohmann::json j = nlohmann::json::parse(begin, begin + f.size(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Status::InvalidArgument(std::string(OpcodeName(m.header.op)) + ": frame is not valid JSON");
+  nlohmann::json j;
+  const Status st = ParseJson(std::string_view(static_cast<const char*>(f.data()), f.size()), &j);
+  if (!st.ok()) return Status::InvalidArgument(std::string(OpcodeName(m.header.op)) + ": frame is " + st.message());
   return j;
 }
 

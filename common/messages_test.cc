@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_fields.h"
 #include "common/wire_format.h"
 
 namespace tessera {
@@ -157,6 +158,23 @@ TEST(MessagesTest, JsonRoundTripAndGarbage) {
   Message garbage(Opcode::kRegister);
   garbage.AddString("{not json");
   EXPECT_EQ(DecodeJson(garbage).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Found writing the fuzz targets: a body nested 100,000 deep (200 KB)
+// overflowed the stack of a master printing it in an error ("rank: must be
+// an integer, got [[[..."). Nesting is bounded where JSON is read.
+TEST(MessagesTest, JsonNestedTooDeep) {
+  auto nested = [](int depth) {
+    return "{\"role\": \"ps\", \"rank\": " + std::string(depth, '[') + std::string(depth, ']') + "}";
+  };
+  Message deep(Opcode::kHeartbeat);
+  deep.AddString(nested(100000));
+  auto j = DecodeJson(deep);
+  EXPECT_EQ(j.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(j.status().message().find("nested deeper than 64"), std::string::npos) << j.status();
+  Message fine(Opcode::kHeartbeat);
+  fine.AddString(nested(kMaxJsonDepth - 1));
+  EXPECT_TRUE(DecodeJson(fine).ok());
 }
 
 // The transport's decoding of received parts: a header it cannot accept

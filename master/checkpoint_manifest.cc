@@ -1,5 +1,7 @@
 #include "master/checkpoint_manifest.h"
 
+#include "common/json_fields.h"
+
 namespace tessera {
 namespace {
 
@@ -64,8 +66,8 @@ json MakeManifest(int64_t step, const json& job, const json& plan, json shards) 
 }
 
 StatusOr<json> ParseManifest(std::string_view text) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  json j;
+  if (!ParseJson(text, &j).ok() || !j.is_object()) {
     return Status::DataLoss("manifest.json is not valid JSON (truncated or damaged)");
   }
   if (!j.contains("step") || !j["step"].is_number_integer()) {
