@@ -90,6 +90,10 @@ StatusOr<ShardingPlan> ShardingPlan::FromJson(const json& j) {
     TESSERA_RETURN_IF_ERROR(sf.Int("num_cols", &num_cols, true, 0, 1 << 16));
     TESSERA_RETURN_IF_ERROR(sf.Int("ps", &ps, true, -1, 1 << 20));
     TESSERA_RETURN_IF_ERROR(sf.Int("backup_ps", &backup, false, -1, 1 << 20));
+    if (s.num_rows > INT64_MAX - s.row_offset) {
+      return Status::InvalidArgument(sf.path() + ": rows [" + std::to_string(s.row_offset) + ", +" +
+                                     std::to_string(s.num_rows) + ") end past the largest row id");
+    }
     if (backup >= 0 && backup == ps) return Status::InvalidArgument("plan: a shard's backup is on its own server");
     if (id != static_cast<int64_t>(i)) return Status::InvalidArgument("plan: shard ids must be 0..n-1 in order");
     s.shard_id = static_cast<uint32_t>(id);
