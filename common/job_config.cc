@@ -16,6 +16,11 @@ namespace {
 
 using nlohmann::json;
 constexpr int64_t kMaxI64 = std::numeric_limits<int64_t>::max();
+// Server ids fit an int; a plan numbers servers below this.
+constexpr int64_t kMaxPs = 1 << 20;
+// Wider than any dense layer a trainer could hold; bounds the widths summed
+// into the interaction (InteractionWidth) well inside an int64.
+constexpr int64_t kMaxLayerWidth = 1 << 20;
 
 const char* const kOptimizers[] = {"sgd", "adagrad", "rowwise_adagrad", "adam"};
 const char* const kShardingTypes[] = {"table_wise", "row_wise", "column_wise", "table_row_wise", "data_parallel"};
@@ -144,7 +149,7 @@ Status ParseTable(const json& j, const std::string& path, const TrainingConfig& 
       }
     }
     std::vector<int64_t> ps;
-    TESSERA_RETURN_IF_ERROR(cf.IntList("ps", &ps, false, 0));
+    TESSERA_RETURN_IF_ERROR(cf.IntList("ps", &ps, false, 0, kMaxPs));
     pc.ps.assign(ps.begin(), ps.end());
     int64_t lo = 0, hi = 0;
     TESSERA_RETURN_IF_ERROR(cf.Int("min_shards", &lo, false, 0, 1 << 20));
@@ -154,7 +159,7 @@ Status ParseTable(const json& j, const std::string& path, const TrainingConfig& 
     pc.max_shards = static_cast<int>(hi);
     TESSERA_RETURN_IF_ERROR(cf.Float("pooling_factor", &pc.pooling_factor, false));
     if (pc.pooling_factor < 0) return Status::InvalidArgument(cf.PathOf("pooling_factor") + ": must be >= 0");
-    TESSERA_RETURN_IF_ERROR(cf.IntList("id_frequency_sample", &pc.id_frequency_sample, false, 0));
+    TESSERA_RETURN_IF_ERROR(cf.IntList("id_frequency_sample", &pc.id_frequency_sample, false, 0, kMaxI64));
     for (int64_t id : pc.id_frequency_sample) {
       if (id >= t->num_embeddings) {
         return Status::InvalidArgument(cf.PathOf("id_frequency_sample") + ": id " + std::to_string(id) +
@@ -242,8 +247,8 @@ Status ParseModel(const json& j, ModelConfig* m) {
   int64_t dense = 0;
   TESSERA_RETURN_IF_ERROR(f.Int("num_dense_features", &dense, false, 0, 1 << 20));
   m->num_dense_features = static_cast<int>(dense);
-  TESSERA_RETURN_IF_ERROR(f.IntList("bottom_mlp", &m->bottom_mlp, false, 1));
-  TESSERA_RETURN_IF_ERROR(f.IntList("top_mlp", &m->top_mlp, true, 1));
+  TESSERA_RETURN_IF_ERROR(f.IntList("bottom_mlp", &m->bottom_mlp, false, 1, kMaxLayerWidth));
+  TESSERA_RETURN_IF_ERROR(f.IntList("top_mlp", &m->top_mlp, true, 1, kMaxLayerWidth));
   if (m->top_mlp.empty() || m->top_mlp.back() != 1) {
     return Status::InvalidArgument("model.top_mlp: must end with 1 (one logit), e.g. [64, 1]");
   }

@@ -80,6 +80,16 @@ TEST(JobConfigTest, ClearErrors) {
        },
        "C1..C26"},
       {[](json& j) { j["runtime"] = {{"heartbeat_ms", 1000}, {"peer_timeout_ms", 500}}; }, "must exceed"},
+      // Found writing the fuzz target: a layer this wide overflowed
+      // InteractionWidth (signed overflow), and a server id past an int was
+      // cut to another server's.
+      {[](json& j) {
+         j["model"]["num_dense_features"] = 1;
+         j["model"]["bottom_mlp"] = {INT64_MAX};
+       },
+       "model.bottom_mlp[0]: must be an integer in [1, 1048576]"},
+      {[](json& j) { j["tables"][0]["constraints"] = {{"ps", {0, 4294967296}}}; },
+       "tables[0].constraints.ps[1]: must be an integer in [0, 1048576]"},
   };
   for (const Case& c : cases) {
     json j = MinimalJob();

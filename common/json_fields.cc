@@ -80,16 +80,18 @@ Status JsonFields::String(const char* key, std::string* out, bool required) cons
   return Status::OK();
 }
 
-Status JsonFields::IntList(const char* key, std::vector<int64_t>* out, bool required, int64_t min) const {
+Status JsonFields::IntList(const char* key, std::vector<int64_t>* out, bool required, int64_t min,
+                           int64_t max) const {
   const nlohmann::json* v = Get(key);
   if (v == nullptr) return required ? Missing(key) : Status::OK();
   if (!v->is_array()) return Status::InvalidArgument(PathOf(key) + ": must be a list of integers, got " + v->dump());
   out->clear();
   for (size_t i = 0; i < v->size(); ++i) {
     const auto& e = (*v)[i];
-    if (!e.is_number_integer() || e.get<int64_t>() < min) {
-      return Status::InvalidArgument(PathOf(key) + "[" + std::to_string(i) + "]: must be an integer >= " +
-                                     std::to_string(min) + ", got " + e.dump());
+    // An unsigned value past INT64_MAX reads as negative: refused below any min >= 0.
+    if (!e.is_number_integer() || e.get<int64_t>() < min || e.get<int64_t>() > max) {
+      return Status::InvalidArgument(PathOf(key) + "[" + std::to_string(i) + "]: must be an integer in [" +
+                                     std::to_string(min) + ", " + std::to_string(max) + "], got " + e.dump());
     }
     out->push_back(e.get<int64_t>());
   }

@@ -40,7 +40,7 @@ class JsonFields {
   Status Float(const char* key, double* out, bool required) const;
   Status Bool(const char* key, bool* out, bool required) const;
   Status String(const char* key, std::string* out, bool required) const;
-  Status IntList(const char* key, std::vector<int64_t>* out, bool required, int64_t min) const;
+  Status IntList(const char* key, std::vector<int64_t>* out, bool required, int64_t min, int64_t max) const;
   Status StringList(const char* key, std::vector<std::string>* out, bool required) const;
   // An object-valued field (required): returns a reader for it.
   Status Object(const char* key, bool required, const nlohmann::json** out) const;

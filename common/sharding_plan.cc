@@ -114,7 +114,7 @@ StatusOr<ShardingPlan> ShardingPlan::FromJson(const json& j) {
     TESSERA_RETURN_IF_ERROR(tf.String("sharding_type", &type, true));
     TESSERA_RETURN_IF_ERROR(ParseShardingType(type, &tp.type));
     std::vector<int64_t> ids;
-    TESSERA_RETURN_IF_ERROR(tf.IntList("shards", &ids, true, 0));
+    TESSERA_RETURN_IF_ERROR(tf.IntList("shards", &ids, true, 0, UINT32_MAX));
     for (int64_t id : ids) {
       if (id >= static_cast<int64_t>(p.shards.size())) return Status::InvalidArgument("plan: unknown shard id");
       tp.shards.push_back(static_cast<uint32_t>(id));
