@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/job_config.h"
 #include "common/json_fields.h"
 
 namespace tessera {
@@ -44,6 +45,36 @@ std::vector<ShardSpec> ShardingPlan::HeldBy(int ps) const {
     if (s.ps == ps || s.backup_ps == ps) out.push_back(s);
   }
   return out;
+}
+
+Status ShardingPlan::FitsJob(const JobConfig& job) const {
+  const int num_tables = static_cast<int>(job.tables.size());
+  for (const TablePlan& tp : tables) {
+    if (tp.table < 0 || tp.table >= num_tables) {
+      return Status::InvalidArgument("plan: table plan of table " + std::to_string(tp.table) + ", which the job (" +
+                                     std::to_string(num_tables) + " tables) lacks");
+    }
+  }
+  for (const ShardSpec& s : shards) {
+    const std::string name = "plan: shard " + std::to_string(s.shard_id);
+    if (s.table < 0 || s.table >= num_tables) {
+      return Status::InvalidArgument(name + " is of table " + std::to_string(s.table) + ", which the job (" +
+                                     std::to_string(num_tables) + " tables) lacks");
+    }
+    const TableConfig& t = job.tables[s.table];
+    // Both offsets and sizes are >= 0 (FromJson); compared without sums that could overflow.
+    if (s.row_offset > t.num_embeddings || s.num_rows > t.num_embeddings - s.row_offset) {
+      return Status::InvalidArgument(name + " holds rows [" + std::to_string(s.row_offset) + ", +" +
+                                     std::to_string(s.num_rows) + ") outside table " + t.name + "'s " +
+                                     std::to_string(t.num_embeddings));
+    }
+    if (s.col_offset > t.embedding_dim || s.num_cols > t.embedding_dim - s.col_offset) {
+      return Status::InvalidArgument(name + " holds columns [" + std::to_string(s.col_offset) + ", +" +
+                                     std::to_string(s.num_cols) + ") outside table " + t.name + "'s " +
+                                     std::to_string(t.embedding_dim));
+    }
+  }
+  return Status::OK();
 }
 
 json ShardingPlan::ToJson() const {

@@ -17,6 +17,8 @@
 
 namespace tessera {
 
+struct JobConfig;
+
 enum class ShardingType : uint8_t { kTableWise = 0, kRowWise = 1, kColumnWise = 2, kTableRowWise = 3, kDataParallel = 4 };
 const char* ShardingTypeName(ShardingType t);
 Status ParseShardingType(const std::string& name, ShardingType* out);
@@ -52,6 +54,11 @@ struct ShardingPlan {
   std::vector<ShardSpec> ShardsOf(int ps) const;
   // Shards server `ps` keeps: those it serves and those it backs up.
   std::vector<ShardSpec> HeldBy(int ps) const;
+
+  // Checks the plan is one for `job`: each table plan and each shard names
+  // a table of the job, and each shard lies inside its table's rows and
+  // columns. FromJson checks only the plan's own shape.
+  Status FitsJob(const JobConfig& job) const;
 
   nlohmann::json ToJson() const;
   static StatusOr<ShardingPlan> FromJson(const nlohmann::json& j);

@@ -46,11 +46,12 @@ struct CheckedManifest {
   std::string trainer_state;          // file name in the checkpoint's folder
 };
 
-// Checks a parsed manifest whole before anything is loaded: its job and plan
-// parse, its tables are `job`'s (name, rows, dim, optimizer; else
-// FAILED_PRECONDITION: another job's checkpoint), and it lists every shard of
-// its plan exactly once. DATA_LOSS for a damaged one (an older checkpoint
-// may serve). Touches no file.
+// Checks a parsed manifest whole before anything is loaded: every field has
+// its type, its job and plan parse and the plan fits its job, its tables are
+// `job`'s (name, rows, dim, optimizer; else FAILED_PRECONDITION: another
+// job's checkpoint), and it lists every shard of its plan exactly once.
+// DATA_LOSS for a damaged one (an older checkpoint may serve). Touches no
+// file.
 StatusOr<CheckedManifest> CheckManifest(const nlohmann::json& manifest, const JobConfig& job);
 
 }  // namespace tessera

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 namespace tessera {
 namespace {
 
@@ -78,6 +80,40 @@ TEST(CheckpointManifestTest, AnotherJobsTables) {
   other.tables[1].embedding_dim = 16;
   auto m = Check(MakeManifest(1, other.ToJson(), Plan().ToJson(), Shards()));
   EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition) << m.status();
+}
+
+// A fuzzer's find: a plan naming a table its job lacks made the master read
+// past the job's tables (heap overflow) on --resume.
+TEST(CheckpointManifestTest, PlanOutsideItsJob) {
+  ShardingPlan plan = Plan();
+  plan.shards[2].table = 2;
+  auto m = Check(MakeManifest(1, Job().ToJson(), plan.ToJson(), Shards()));
+  EXPECT_EQ(m.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(m.status().message().find("which the job (2 tables) lacks"), std::string::npos) << m.status();
+  plan = Plan();
+  plan.shards[2].num_rows = 51;  // rows [50, 101) of a 100-row table
+  m = Check(MakeManifest(1, Job().ToJson(), plan.ToJson(), Shards()));
+  EXPECT_EQ(m.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(m.status().message().find("outside table b"), std::string::npos) << m.status();
+}
+
+// Found writing the fuzz target: a shard id of 1e30 was cast to uint32_t
+// (undefined behaviour) and one of -1 read as shard 4294967295.
+TEST(CheckpointManifestTest, FieldsOfTheWrongTypeOrRange) {
+  auto damaged = [](const std::function<void(json&)>& edit, const std::string& expect) {
+    json m = MakeManifest(1, Job().ToJson(), Plan().ToJson(), Shards());
+    edit(m);
+    auto checked = Check(m);
+    EXPECT_EQ(checked.status().code(), StatusCode::kDataLoss) << expect;
+    EXPECT_NE(checked.status().message().find(expect), std::string::npos) << checked.status();
+  };
+  damaged([](json& m) { m["shards"][2]["shard_id"] = 1e30; }, "manifest.shards[2].shard_id: must be an integer");
+  damaged([](json& m) { m["shards"][2]["shard_id"] = -1; }, "manifest.shards[2].shard_id: must be in [0, ");
+  damaged([](json& m) { m["shards"][0]["path"] = 5; }, "manifest.shards[0].path: must be a string");
+  damaged([](json& m) { m["shards"] = "all"; }, "manifest.shards: required list is missing");
+  damaged([](json& m) { m["plan"] = json::array(); }, "manifest.plan: must be a JSON object");
+  damaged([](json& m) { m["trainer_state"] = "../../elsewhere"; }, "must name a file in the checkpoint's folder");
+  damaged([](json& m) { m["step"] = -3; }, "manifest.step: must be in [0, ");
 }
 
 }  // namespace
