@@ -9,10 +9,18 @@ endif()
 if(TESSERA_X86_64_V3 AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   target_compile_options(tessera_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=x86-64-v3>)
 endif()
-if(TESSERA_SANITIZE)
+if(TESSERA_SANITIZE OR TESSERA_FUZZ)
   target_compile_options(tessera_options INTERFACE
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
   target_link_options(tessera_options INTERFACE -fsanitize=address,undefined)
+endif()
+if(TESSERA_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "TESSERA_FUZZ=ON needs clang's libFuzzer: configure with -DCMAKE_CXX_COMPILER=clang++")
+  endif()
+  # Every library the targets link is instrumented for coverage; only the
+  # targets link libFuzzer itself (tessera_add_fuzz_target).
+  target_compile_options(tessera_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>)
 endif()
 if(TESSERA_CUDA_ENABLED)
   target_compile_definitions(tessera_options INTERFACE TESSERA_HAVE_CUDA=1)
@@ -32,4 +40,30 @@ function(tessera_add_test name)
     set(T_LABELS unit)
   endif()
   set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+endfunction()
+
+# tessera_add_fuzz_target(NAME SOURCES... LIBS ... [DICT file])
+# A libFuzzer binary defining LLVMFuzzerTestOneInput, registered with CTest
+# (label fuzz) as a run of TESSERA_FUZZ_SECONDS from its seeds in
+# tests/fuzz/corpus/NAME (read only: new inputs go to a scratch folder);
+# a crash, leak, UB report or slow input fails it and leaves the input in
+# <build>/fuzz-artifacts/. Target tessera_fuzz builds them all.
+function(tessera_add_fuzz_target name)
+  cmake_parse_arguments(F "" "DICT" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${F_SOURCES})
+  target_link_libraries(${name} PRIVATE ${F_LIBS} tessera_options)
+  target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+  add_dependencies(tessera_fuzz ${name})
+  set(dict "")
+  if(F_DICT)
+    set(dict "-dict=${PROJECT_SOURCE_DIR}/tests/fuzz/${F_DICT}")
+  endif()
+  # The same flags for bench/fuzz.sh's long runs.
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/${name}.flags "${dict}\n")
+  add_test(NAME ${name}
+    COMMAND ${PROJECT_SOURCE_DIR}/tests/fuzz/run_fuzz_target.sh $<TARGET_FILE:${name}>
+            ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus/${name} ${CMAKE_BINARY_DIR}/fuzz-artifacts
+            -max_total_time=${TESSERA_FUZZ_SECONDS} ${dict})
+  math(EXPR timeout "${TESSERA_FUZZ_SECONDS} + 120")
+  set_tests_properties(${name} PROPERTIES LABELS fuzz TIMEOUT ${timeout})
 endfunction()
