@@ -12,6 +12,7 @@ PKGS=(
   libgloo-dev                 # CPU collectives
   libopenblas-dev             # dense layers
   nlohmann-json3-dev          # job config and control-plane JSON
+  clang libclang-rt-dev       # fuzz targets: libFuzzer (only recommended by clang, so named)
 )
 
 missing=()

@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite through
 # CTest; then runs the unit tests again in an AddressSanitizer +
-# UndefinedBehaviorSanitizer build (memory errors in a server are data loss).
+# UndefinedBehaviorSanitizer build (memory errors in a server are data loss);
+# then runs each fuzz target (tests/fuzz, clang + libFuzzer) for 10 s.
 #   scripts/test.sh            everything
 #   scripts/test.sh --no-asan  skip the sanitizer pass
+#   scripts/test.sh --no-fuzz  skip the fuzz pass
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 JOBS="${TESSERA_JOBS:-2}"
 ASAN=1
-[ "${1:-}" = "--no-asan" ] && ASAN=0
+FUZZ=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-asan) ASAN=0 ;;
+    --no-fuzz) FUZZ=0 ;;
+    *) echo "usage: scripts/test.sh [--no-asan] [--no-fuzz]" >&2; exit 2 ;;
+  esac
+done
 
 "$ROOT/scripts/install_deps.sh"
 
@@ -36,5 +45,20 @@ if [ "$ASAN" = 1 ]; then
   echo "== unit tests (sanitizers)"
   (cd "$ROOT/build-asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -j"$JOBS" -L unit)
+fi
+if [ "$FUZZ" = 1 ]; then
+  # install_deps.sh installs clang and libFuzzer; where it could not, say so
+  # rather than fail the suite on a missing compiler.
+  probe="$(mktemp -d)"
+  if echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
+    clang++ -x c++ -fsanitize=fuzzer - -o "$probe/probe" 2>/dev/null; then
+    echo "== build (clang, libFuzzer: fuzz targets)"
+    "$ROOT/scripts/build.sh" --fuzz -DTESSERA_WERROR=ON "${FLAGS[@]}" --target tessera_fuzz
+    echo "== fuzz targets (10 s each)"
+    (cd "$ROOT/build-fuzz" && ctest --output-on-failure -j"$JOBS" -L fuzz)
+  else
+    echo "== fuzz targets SKIPPED: clang++ with libFuzzer (-fsanitize=fuzzer) is not installed"
+  fi
+  rm -rf "$probe"
 fi
 echo "== all tests passed"
