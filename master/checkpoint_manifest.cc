@@ -88,6 +88,20 @@ StatusOr<CheckedManifest> CheckManifest(const json& manifest, const JobConfig& j
     shard.spec = old_plan->shards[id];
     shard.table = job.tables[shard.spec.table].name;
     shard.path = std::move(path);
+    const json* files = nullptr;
+    TESSERA_RETURN_IF_ERROR(Damaged(sf.Object("files", false, &files)));
+    if (files != nullptr) {
+      JsonFields ff(*files, "manifest.shards[" + std::to_string(i) + "].files");
+      for (auto it = files->begin(); it != files->end(); ++it) {
+        int64_t bytes = 0;
+        TESSERA_RETURN_IF_ERROR(Damaged(ff.Int(it.key().c_str(), &bytes, true, 0, INT64_MAX)));
+        if (it.key().empty() || it.key().find('/') != std::string::npos || it.key() == "..") {
+          return Status::DataLoss("manifest.shards[" + std::to_string(i) + "].files: \"" + it.key() +
+                                  "\" is not a file name");
+        }
+        shard.files.emplace_back(it.key(), bytes);
+      }
+    }
   }
   for (size_t id = 0; id < seen.size(); ++id) {
     if (!seen[id]) {
@@ -100,6 +114,15 @@ StatusOr<CheckedManifest> CheckManifest(const json& manifest, const JobConfig& j
   if (out.trainer_state.empty() || out.trainer_state.find('/') != std::string::npos) {
     return Status::DataLoss("manifest.trainer_state: must name a file in the checkpoint's folder, got \"" +
                             out.trainer_state + "\"");
+  }
+  if (f.Has("trainer_state_checksum")) {
+    const json* sum = f.Get("trainer_state_checksum");
+    if (!sum->is_number_unsigned() && !(sum->is_number_integer() && sum->get<int64_t>() >= 0)) {
+      return Status::DataLoss("manifest.trainer_state_checksum: must be an unsigned integer");
+    }
+    out.trainer_state_checksum = sum->get<uint64_t>();
+    TESSERA_RETURN_IF_ERROR(Damaged(f.Int("trainer_state_bytes", &out.trainer_state_bytes, true, 0, INT64_MAX)));
+    out.trainer_state_summed = true;
   }
   return out;
 }

@@ -1,10 +1,14 @@
 // manifest.json, the last file of a checkpoint (master/checkpoint_files.h):
 //
 //   Manifest := {format: 1, step: int, job: JobConfig, plan: ShardingPlan,
-//                shards: [Shard], trainer_state: file name}
-//   Shard    := {shard_id: int, path: string, ...}   path relative to the
-//               checkpoint's folder; the rest is what the server reported
-//               (rows, bytes, table, ...), kept for people
+//                shards: [Shard], trainer_state: file name,
+//                trainer_state_bytes: int, trainer_state_checksum: uint64}
+//   Shard    := {shard_id: int, path: string, files: {name: bytes}, ...}
+//               path relative to the checkpoint's folder; files: every file
+//               of the shard's snapshot and its size; the rest is what the
+//               server reported (rows, bytes, table, ...), kept for people
+// (files and trainer_state_bytes/_checksum are absent from older manifests:
+// those are then not checked.)
 //
 // Reading one is two pure steps, so a fuzz target can drive both without a
 // file: ParseManifest (the text), then CheckManifest (against the job that
@@ -14,6 +18,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,12 +43,17 @@ struct ManifestShard {
   ShardSpec spec;          // in the checkpoint's plan
   std::string table;       // its table's name
   std::string path;        // as written: relative to the checkpoint's folder
+  std::vector<std::pair<std::string, int64_t>> files;  // file name in path, bytes
 };
 
 struct CheckedManifest {
   int64_t step = 0;
   std::vector<ManifestShard> shards;  // by shard id
   std::string trainer_state;          // file name in the checkpoint's folder
+  // Its size and Checksum64, when the manifest recorded them.
+  bool trainer_state_summed = false;
+  int64_t trainer_state_bytes = 0;
+  uint64_t trainer_state_checksum = 0;
 };
 
 // Checks a parsed manifest whole before anything is loaded: every field has

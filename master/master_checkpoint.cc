@@ -217,6 +217,11 @@ Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state, st
     options_.crash_hook();
   }
   json manifest = MakeManifest(step, job_.ToJson(), plan_json, std::move(shards));
+  // What the trainer state must be when read back.
+  Checksum64 state_sum;
+  state_sum.Update(trainer_state.data(), trainer_state.size());
+  manifest["trainer_state_bytes"] = static_cast<int64_t>(trainer_state.size());
+  manifest["trainer_state_checksum"] = state_sum.Final();
   const auto manifest_start = Clock::now();
   int64_t manifest_bytes = 0;
   TESSERA_RETURN_IF_ERROR(WriteManifest(dir, manifest, &manifest_bytes));
@@ -278,6 +283,18 @@ StatusOr<Master::RestorePoint> Master::ReadRestorePoint(const std::string& dir, 
       return Status::DataLoss("checkpoint " + dir + ": the snapshot of shard " + std::to_string(id) + " (" + path +
                               ") is missing");
     }
+    // Every file the server wrote, at the size it wrote.
+    for (const auto& [name, want] : s.files) {
+      const std::string file = path + "/" + name;
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(file, ec);
+      if (ec || static_cast<int64_t>(size) != want) {
+        return Status::DataLoss("checkpoint " + dir + ": " + file + " " +
+                                (ec ? "is missing"
+                                    : "has " + std::to_string(size) + " bytes, the manifest says " +
+                                          std::to_string(want)));
+      }
+    }
     restore.push_back({{"table", s.table},
                        {"row_offset", s.spec.row_offset},
                        {"num_rows", s.spec.num_rows},
@@ -292,6 +309,16 @@ StatusOr<Master::RestorePoint> Master::ReadRestorePoint(const std::string& dir, 
   RestorePoint point;
   point.dir = dir;
   point.trainer_state = ss.str();
+  if (checked->trainer_state_summed) {
+    Checksum64 sum;
+    sum.Update(point.trainer_state.data(), point.trainer_state.size());
+    if (static_cast<int64_t>(point.trainer_state.size()) != checked->trainer_state_bytes ||
+        sum.Final() != checked->trainer_state_checksum) {
+      return Status::DataLoss("checkpoint " + dir + ": its trainer state (" +
+                              std::to_string(point.trainer_state.size()) +
+                              " bytes) is not what was written: size or checksum differ from the manifest's");
+    }
+  }
   point.step = checked->step;
   point.restore = {{"step", point.step}, {"shards", restore}};
   return point;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/control_messages.h"
+#include "common/json_fields.h"
 #include "common/param_file.h"
 #include "kernels/dedup.h"
 
@@ -769,13 +770,17 @@ void PsService::HandleControl(Message&& m, Responder r) {
         // The server's place in this plan (its rank), which changes when
         // the job's servers change.
         if (body->contains("rank")) {
-          const int rank = body->at("rank").get<int>();
+          int64_t rank = 0;
+          if (Status field = JsonFields(*body, "CREATE_SHARDS").Int("rank", &rank, true, 0, INT32_MAX); !field.ok()) {
+            r.ReplyError(field);
+            return;
+          }
           if (rank < 0 || rank >= plan->num_ps) {
             r.ReplyError(Status::InvalidArgument("rank " + std::to_string(rank) + " is not in a plan of " +
                                                  std::to_string(plan->num_ps) + " servers"));
             return;
           }
-          set_rank(rank);
+          set_rank(static_cast<int>(rank));
         }
         auto trainers = ParseTrainers(*body);
         if (!trainers.ok()) {
@@ -801,7 +806,11 @@ void PsService::HandleControl(Message&& m, Responder r) {
           r.ReplyError(plan.status());
           return;
         }
-        const int rank = body->at("rank").get<int>();
+        int64_t rank = 0;
+        if (Status field = JsonFields(*body, "PROMOTE").Int("rank", &rank, true, 0, INT32_MAX); !field.ok()) {
+          r.ReplyError(field);
+          return;
+        }
         if (rank < 0 || rank >= plan->num_ps) {
           r.ReplyError(Status::InvalidArgument("rank " + std::to_string(rank) + " is not in a plan of " +
                                                std::to_string(plan->num_ps) + " servers"));
@@ -812,7 +821,7 @@ void PsService::HandleControl(Message&& m, Responder r) {
           r.ReplyError(trainers.status().WithContext("PROMOTE"));
           return;
         }
-        Status st = Promote(*plan, rank);
+        Status st = Promote(*plan, static_cast<int>(rank));
         if (!st.ok()) {
           r.ReplyError(st);
           return;
@@ -838,7 +847,11 @@ void PsService::HandleControl(Message&& m, Responder r) {
       }
       case Opcode::kSnapshot: {
         const std::string dir = body->at("dir").get<std::string>();
-        const int64_t step = body->at("step").get<int64_t>();
+        int64_t step = 0;
+        if (Status field = JsonFields(*body, "SNAPSHOT").Int("step", &step, true, 0, INT64_MAX); !field.ok()) {
+          r.ReplyError(field);
+          return;
+        }
         if (Status request = CheckSnapshotRequest(dir, step); !request.ok()) {
           ++errors_;
           r.ReplyError(request);
