@@ -433,7 +433,11 @@ TEST(ElasticTest, MasterKilledDuringAMigrationIsRestartedAndTheJobEndsLikeAnUndi
   ASSERT_EQ(c.Wait("master_recovered", milliseconds(120000)), 0) << c.Log("master_recovered") << c.Log("trainer0");
   const std::string log = c.Log("master_recovered");
   EXPECT_NE(log.find("rolling back to step"), std::string::npos) << log;
-  EXPECT_NE(log.find("on 3 parameter server(s)"), std::string::npos) << log;
+  // ps2 ends as a member of the job (shut down by the master, exit 0):
+  // taken in at the takeover when it re-registered in time, else added at a
+  // later step boundary (the new master starts once the config's 2 servers
+  // are back).
+  EXPECT_NE(log.find("3 parameter server(s)"), std::string::npos) << log;
   for (const char* p : {"ps0", "ps1", "ps2"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
   ExpectTrainersFinished(c);
   ExpectSameParameters(c);
