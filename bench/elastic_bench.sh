@@ -16,12 +16,15 @@
 #   add:  the job starts on 1 server with checkpoint.dir set (no periodic
 #         checkpoints); once trainer 0 has done --add_at steps,
 #         `launch_local.sh --run_dir DIR --add_ps 1` adds a second one, which
-#         the master takes in at the next step boundary through a checkpoint.
+#         the master takes in at the next step boundary: the rows it takes
+#         over come from the first server (a migration, no checkpoint).
 #         Prints examples/s before and after (steady state: the first 50 steps
 #         and the 30 after the change are left out, as is the pause), the
 #         ratio, the pause (the gap between the trainers' last step on 1 server
-#         and their first on 2, less one step), the rows and bytes the master
-#         says change servers per second of pause, and the CPU each process
+#         and their first on 2, less one step) split into the stop, the
+#         migration, the swap and the restart, the rows and bytes moved (the
+#         plan's count of materialized and not) and the migration's rate, and
+#         the CPU each process
 #         used in both windows (from /proc/<pid>/stat) with the machine's.
 #   fail: the job on 2 servers with a checkpoint every --every steps; once
 #         trainer 0 has done --kill_at steps, kill -9 of server ps1. Prints
@@ -352,11 +355,12 @@ def analyze_add(run_dir, add_at, t_add, examples_per_step, mode):
     pause = gap - step_after
     m = stamped(os.path.join(run_dir, "master.stamped"))
     _, plan = first(m, r"plan version (\d+) on (\d+) server\(s\): (\d+) of (\d+) row elements \((\d+)%, (\d+) MB")
-    _, ck = first(m, r"checkpoint at step (\d+) complete in (\S+) \(([\d.e+-]+) s\)")
+    t_plan, _ = first(m, r"plan version 2 on")
+    t_mig, mig = first(m, r"migration at step (\d+): (\d+) rows \(([\d.e+-]+) MB\) went to their new servers "
+                          r"in ([\d.e+-]+) s")
     moved_elements = int(plan.group(3)) if plan else None
     moved_mb = int(plan.group(6)) if plan else None
     dim = 64
-    t_ck, _ = first(m, r"checkpoint at step \d+ complete")
     t_gen = None
     for line in open(os.path.join(run_dir, "master.log"), errors="replace"):
         t, msg = glog_time(line)
@@ -382,11 +386,16 @@ def analyze_add(run_dir, add_at, t_add, examples_per_step, mode):
         "trainer_phases_ms_before": phases(1, warm, min(add_at, last1)),
         "trainer_phases_ms_after": phases(2, change + warm_after, end),
         "gap_s": round(gap, 3), "pause_s": round(pause, 3),
-        "checkpoint_s": float(ck.group(3)) if ck else None,
-        "pause_split_s": {"stop_and_checkpoint": round(t_ck - g1[last1], 3) if t_ck else None,
-                          "replan_and_restore": round(t_gen - t_ck, 3) if t_gen and t_ck else None,
+        "pause_split_s": {"stop_and_plan": round(t_plan - g1[last1], 3) if t_plan else None,
+                          "migration": round(t_mig - t_plan, 3) if t_mig and t_plan else None,
+                          "swap": round(t_gen - t_mig, 3) if t_gen and t_mig else None,
                           "trainers_restart_and_first_step": round(g2[first2] - t_gen, 3) if t_gen else None},
-        "servers_ready_s_after_checkpoint": servers_ready(run_dir, 2, t_ck) if t_ck else None,
+        "migration_rows": int(mig.group(2)) if mig else None,
+        "migration_MB": float(mig.group(3)) if mig else None,
+        "migration_s": float(mig.group(4)) if mig else None,
+        "migration_MB_per_s": round(float(mig.group(3)) / float(mig.group(4)), 1) if mig and float(mig.group(4)) > 0
+        else None,
+        "servers_ready_s_after_plan": servers_ready(run_dir, 2, t_plan) if t_plan else None,
         "moved_row_elements": moved_elements, "moved_of": int(plan.group(4)) if plan else None,
         "moved_percent": int(plan.group(5)) if plan else None,
         "moved_rows": moved_elements // dim if moved_elements is not None else None,

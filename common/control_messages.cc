@@ -308,4 +308,60 @@ StatusOr<Command> Command::Parse(const json& j) {
   return r;
 }
 
+json MigrateRequest::ToJson() const {
+  std::vector<std::string> ids;
+  for (const std::string& f : fetchers) ids.push_back(RoutingIdToText(f));
+  return {{"job", job},   {"plan", plan},       {"rank", rank},       {"step", step},
+          {"from_version", from_version}, {"from_plan", from_plan}, {"sources", sources}, {"fetchers", ids}};
+}
+
+StatusOr<MigrateRequest> MigrateRequest::Parse(const json& j) {
+  JsonFields f(j, "MIGRATE");
+  MigrateRequest r;
+  TESSERA_RETURN_IF_ERROR(
+      f.OnlyKeys({"job", "plan", "rank", "step", "from_version", "from_plan", "sources", "fetchers"}));
+  const json* object = nullptr;
+  TESSERA_RETURN_IF_ERROR(f.Object("job", true, &object));
+  r.job = *object;
+  TESSERA_RETURN_IF_ERROR(f.Object("plan", true, &object));
+  r.plan = *object;
+  int64_t rank = 0;
+  TESSERA_RETURN_IF_ERROR(f.Int("rank", &rank, true, -1, kMaxRank));
+  r.rank = static_cast<int>(rank);
+  TESSERA_RETURN_IF_ERROR(f.Int("step", &r.step, true, 0, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("from_version", &r.from_version, true, 1, UINT32_MAX));
+  TESSERA_RETURN_IF_ERROR(f.Object("from_plan", true, &object));
+  r.from_plan = *object;
+  TESSERA_RETURN_IF_ERROR(f.StringList("sources", &r.sources, true));
+  std::vector<std::string> ids;
+  TESSERA_RETURN_IF_ERROR(f.StringList("fetchers", &ids, true));
+  for (const std::string& text : ids) {
+    TESSERA_ASSIGN_OR_RETURN(std::string id, RoutingIdFromText(text));
+    r.fetchers.push_back(std::move(id));
+  }
+  return r;
+}
+
+json FetchRowsRequest::ToJson() const {
+  return {{"version", version}, {"shard", shard},   {"row_begin", row_begin},
+          {"row_end", row_end}, {"after", after},   {"max_rows", max_rows}};
+}
+
+StatusOr<FetchRowsRequest> FetchRowsRequest::Parse(const json& j) {
+  JsonFields f(j, "FETCH_ROWS");
+  FetchRowsRequest r;
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"version", "shard", "row_begin", "row_end", "after", "max_rows"}));
+  TESSERA_RETURN_IF_ERROR(f.Int("version", &r.version, true, 1, UINT32_MAX));
+  TESSERA_RETURN_IF_ERROR(f.Int("shard", &r.shard, true, 0, UINT32_MAX));
+  TESSERA_RETURN_IF_ERROR(f.Int("row_begin", &r.row_begin, true, 0, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("row_end", &r.row_end, true, 0, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("after", &r.after, true, -1, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("max_rows", &r.max_rows, true, 1, kMaxI64));
+  if (r.row_end < r.row_begin) {
+    return Status::InvalidArgument("FETCH_ROWS: row_end " + std::to_string(r.row_end) + " < row_begin " +
+                                   std::to_string(r.row_begin));
+  }
+  return r;
+}
+
 }  // namespace tessera

@@ -170,4 +170,40 @@ struct Command {
   static StatusOr<Command> Parse(const nlohmann::json& j);
 };
 
+// MIGRATE (master -> every server of the old and the new plan, at a step
+// boundary where the servers change): build the shards `plan` gives this
+// server that it does not hold already by fetching their rows, optimizer
+// state included, from the servers of the running plan (FETCH_ROWS), and
+// serve such fetches to the others. Nothing served changes: the new shards
+// are staged until CREATE_SHARDS {staged: plan.version} puts them in
+// place. Answered once this server's rows are all in.
+struct MigrateRequest {
+  nlohmann::json job;   // JobConfig::ToJson
+  nlohmann::json plan;  // the new ShardingPlan::ToJson
+  int rank = 0;         // this server's rank in the new plan; -1: none (it leaves)
+  int64_t step = 0;     // the boundary: every push of the steps before it is applied first
+  int64_t from_version = 0;            // the running plan's version
+  nlohmann::json from_plan;            // the running plan (ShardingPlan::ToJson)
+  std::vector<std::string> sources;    // its servers' endpoints, by rank
+  std::vector<std::string> fetchers;   // connections (routing ids) that may fetch rows
+
+  nlohmann::json ToJson() const;
+  static StatusOr<MigrateRequest> Parse(const nlohmann::json& j);
+};
+
+// FETCH_ROWS (server -> server during a migration): the rows with id in
+// [row_begin, row_end) and > after of shard `shard` of plan `version`, in id
+// order, at most max_rows. The reply (messages.h: FetchRowsReply) says the
+// id to ask after next, or -1 when the range is done.
+struct FetchRowsRequest {
+  int64_t version = 0;
+  int64_t shard = 0;
+  int64_t row_begin = 0, row_end = 0;
+  int64_t after = -1;
+  int64_t max_rows = 0;
+
+  nlohmann::json ToJson() const;
+  static StatusOr<FetchRowsRequest> Parse(const nlohmann::json& j);
+};
+
 }  // namespace tessera

@@ -109,6 +109,40 @@ StatusOr<PushRequest> DecodePushRequest(Message&& m) {
   return r;
 }
 
+Message EncodeFetchRowsReply(const Header& request, const FetchMeta& meta, std::vector<int64_t>&& ids,
+                             std::vector<float>&& rows) {
+  Message m = MakeReply(request);
+  m.AddStruct(meta);
+  m.AddArray(std::move(ids));
+  m.AddArray(std::move(rows));
+  return m;
+}
+
+StatusOr<FetchRowsReply> DecodeFetchRowsReply(Message&& m) {
+  TESSERA_RETURN_IF_ERROR(StatusFromReply(m));
+  TESSERA_RETURN_IF_ERROR(ExpectFrames(m, 3));
+  FetchRowsReply r;
+  TESSERA_RETURN_IF_ERROR(ReadStruct(m, 0, "FetchMeta", &r.meta));
+  TESSERA_RETURN_IF_ERROR(r.ids.Read(m, 1, "fetched ids"));
+  TESSERA_RETURN_IF_ERROR(r.rows.Read(m, 2, "fetched rows"));
+  if (r.meta.width < 1) return Status::InvalidArgument("FETCH_ROWS reply: row width 0");
+  if (r.rows.size() != r.ids.size() * r.meta.width) {
+    return Status::InvalidArgument("FETCH_ROWS reply: " + std::to_string(r.rows.size()) + " floats for " +
+                                   std::to_string(r.ids.size()) + " rows of " + std::to_string(r.meta.width));
+  }
+  for (size_t i = 0; i < r.ids.size(); ++i) {
+    if (r.ids[i] < 0 || (i > 0 && r.ids[i] <= r.ids[i - 1])) {
+      return Status::InvalidArgument("FETCH_ROWS reply: ids not increasing at " + std::to_string(i));
+    }
+  }
+  if (r.meta.next >= 0 && r.ids.size() > 0 && r.meta.next < r.ids[r.ids.size() - 1]) {
+    return Status::InvalidArgument("FETCH_ROWS reply: next " + std::to_string(r.meta.next) + " before its last row");
+  }
+  if (r.meta.next < -1) return Status::InvalidArgument("FETCH_ROWS reply: next " + std::to_string(r.meta.next));
+  r.source = std::move(m);
+  return r;
+}
+
 Message EncodeJson(Opcode op, const nlohmann::json& body) {
   Message m(op);
   m.AddString(body.dump());

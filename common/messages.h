@@ -29,6 +29,13 @@
 //                     one per non-empty bag)
 //   PushResponse   := Header                     (ALREADY_APPLIED for a retry)
 //
+//   FetchRowsReply := Header FetchMeta Ids Rows  rows of a shard (a migration;
+//                                                the request is JSON: FetchRowsRequest)
+//     FetchMeta    := width:u32 pad:u32 next:i64 floats per row; the id to ask
+//                     after next, or -1: the range is done
+//     Ids          := int64[n]                  in increasing order
+//     Rows         := float32[n x width]        full rows, optimizer state included
+//
 //   JsonMessage    := Header Json                control plane (register, plan, ...)
 //     Json         := UTF-8 JSON text
 //
@@ -118,6 +125,25 @@ struct PushRequest {
 Message EncodePushRequest(const PushMeta& meta, std::vector<PushEntry>&& entries, std::vector<float>&& grads);
 // Checks: 3 frames; sum of rows x cols == grads.
 StatusOr<PushRequest> DecodePushRequest(Message&& m);
+
+struct FetchMeta {
+  uint32_t width = 0;
+  uint32_t pad = 0;
+  int64_t next = -1;
+};
+static_assert(sizeof(FetchMeta) == 16);
+
+struct FetchRowsReply {
+  Message source;
+  FetchMeta meta;
+  ArrayFrame<int64_t> ids;
+  ArrayFrame<float> rows;
+};
+
+Message EncodeFetchRowsReply(const Header& request, const FetchMeta& meta, std::vector<int64_t>&& ids,
+                             std::vector<float>&& rows);
+// Checks: 3 frames; width >= 1; rows == ids x width; ids increasing and >= 0.
+StatusOr<FetchRowsReply> DecodeFetchRowsReply(Message&& m);
 
 // Control plane.
 Message EncodeJson(Opcode op, const nlohmann::json& body);

@@ -21,6 +21,11 @@ StatusOr<Message> RpcFuture::Wait() {
   return r;
 }
 
+bool RpcFuture::WaitFor(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(state_->mu);
+  return state_->cv.wait_for(lock, timeout, [this] { return state_->result.has_value(); });
+}
+
 bool RpcFuture::Ready() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->result.has_value();

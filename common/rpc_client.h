@@ -38,6 +38,8 @@ class RpcFuture {
  public:
   RpcFuture();
   StatusOr<Message> Wait();
+  // Whether the result came within `timeout` (then Wait returns at once).
+  bool WaitFor(std::chrono::milliseconds timeout) const;
   bool Ready() const;
 
  private:

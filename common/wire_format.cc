@@ -48,6 +48,8 @@ const char* OpcodeName(Opcode op) {
     case Opcode::kServerStats: return "SERVER_STATS";
     case Opcode::kSnapshot: return "SNAPSHOT";
     case Opcode::kPromote: return "PROMOTE";
+    case Opcode::kMigrate: return "MIGRATE";
+    case Opcode::kFetchRows: return "FETCH_ROWS";
     case Opcode::kLookup: return "LOOKUP";
     case Opcode::kPushGradients: return "PUSH_GRADIENTS";
   }

@@ -57,6 +57,9 @@ enum class Opcode : uint16_t {
   kServerStats = 24,
   kSnapshot = 25,
   kPromote = 26,
+  kMigrate = 27,
+  // Between parameter servers (a migration).
+  kFetchRows = 28,
   // Data plane.
   kLookup = 40,
   kPushGradients = 41,

@@ -255,8 +255,8 @@ Status Master::MonitorUntilDone() {
       bool all_done = true;
       for (const auto& t : trainers_) all_done = all_done && t && t->done;
       if (all_done) return Status::OK();
-      if (!job_.checkpoint.dir.empty() && ServerChangePending() && checkpoint_requested_id_ <= checkpoint_served_id_) {
-        // The change happens at the next boundary, through a checkpoint.
+      if (ServerChangePending() && checkpoint_requested_id_ <= checkpoint_served_id_) {
+        // The change happens at the next boundary, where the trainers wait.
         ++checkpoint_requested_id_;
         LOG(INFO) << "the job's servers change at the next step boundary";
       }
@@ -377,6 +377,16 @@ std::vector<Master::ServerReply> Master::AwaitServerCalls(const ServerCalls& cal
                                                 OpcodeName(calls.op) + (crashed ? ": it died" : ": it died or hangs")));
         }
       }
+      if (!lost.empty() && calls.op == Opcode::kMigrate) {
+        // The others fetch rows from the lost one, or wait for it: the
+        // migration is over for all (their next CREATE_SHARDS ends it).
+        for (size_t i = 0; i < n; ++i) {
+          if (!pending[i] || cancelled[i]) continue;
+          cancelled[i] = true;
+          lost.emplace_back(calls.peers[i], Status::Cancelled("the migration lost a server: " +
+                                                              lost.front().second.message()));
+        }
+      }
     }
     for (const auto& [peer, why] : lost) client_->CancelCalls(peer, why);
   }
@@ -469,6 +479,7 @@ StatusOr<JobSummary> Master::FinishJob() {
     std::lock_guard<std::mutex> lock(mu_);
     summary.json["checkpoints"] = checkpoints_;
     summary.json["generations"] = generations_;
+    if (!migration_stats_.empty()) summary.json["migrations"] = migration_stats_;
   }
   summary.json["storage"] = SummarizeStorage(servers);
   if (!eval.is_null()) summary.json["eval"] = eval;

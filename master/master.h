@@ -162,6 +162,9 @@ class Master {
     // boundary, for a change of the servers): a server may keep a shard it
     // holds already instead of reloading it. Never for a rollback.
     bool live = false;
+    // The servers staged the shards they do not keep (a migration to this
+    // plan version, MigrateServers): nothing is loaded.
+    uint32_t staged = 0;
   };
   struct StartWaiter {
     int64_t after_generation = 0;  // answered by a generation newer than this
@@ -196,7 +199,19 @@ class Master {
   // creates their shards restored from `from`, and lets the trainers start
   // generation generation_ + 1 there. Servers of the old generation not in
   // `members` that are alive and leaving are shut down.
-  Status StartGeneration(const std::vector<int>& members, const RestorePoint& from);
+  // With `planned`, on that plan (MigrateServers made it).
+  Status StartGeneration(const std::vector<int>& members, const RestorePoint& from,
+                         const ShardingPlan* planned = nullptr);
+  // The plan of the next generation over `members`: the running plan's
+  // shards stay where they can. Prints it and how many rows change servers
+  // (`how` says how they get there).
+  StatusOr<ShardingPlan> PlanServers(const std::vector<int>& members, const std::string& how);
+  // The servers change at the boundary of `step`, where the trainers wait
+  // (trainer 0's state: `trainer_state`): the rows that change servers go
+  // straight from their old owners to the new ones (MIGRATE, FETCH_ROWS),
+  // and the next generation starts there, on `members`. No checkpoint, no
+  // rollback.
+  Status MigrateServers(const std::vector<int>& members, int64_t step, const std::string& trainer_state);
   // A server of the running generation is lost: roll back and go on.
   Status RecoverFromLostServer(int member, const Status& why);
   // With replicas: whether every shard server `member` serves has a backup
@@ -221,7 +236,7 @@ class Master {
   // registered and not in the generation, or servers leaving.
   bool ServerChangePending() const;  // REQUIRES: mu_ held
   // After a promotion the plan lacks the backups it should have: the next
-  // boundary re-plans (through a checkpoint) to build them.
+  // boundary re-plans (a migration) to build them.
   bool backups_missing_ = false;  // GUARDED_BY(mu_)
   bool generation_promoted_ = false;  // GUARDED_BY(mu_): the running generation came from a promotion
   std::vector<int> NextServers() const;  // REQUIRES: mu_ held
@@ -333,6 +348,11 @@ class Master {
   // checkpoint at the boundary).
   int64_t checkpoint_requested_id_ = 0;                  // GUARDED_BY(mu_)
   int64_t checkpoint_served_id_ = 0;                     // GUARDED_BY(mu_)
+  // The newest request that asked for a checkpoint itself (an operator's),
+  // not only for a boundary where the servers change.
+  int64_t checkpoint_ordered_id_ = 0;                    // GUARDED_BY(mu_)
+  // Each migration's rows, bytes and seconds, for the job summary.
+  std::vector<nlohmann::json> migration_stats_;          // GUARDED_BY(mu_)
   nlohmann::json checkpoints_ = nlohmann::json::array(); // GUARDED_BY(mu_): taken this run
   int checkpoints_attempted_ = 0;  // by TakeCheckpoint only
   int migrations_attempted_ = 0;   // by the generation that changes servers only

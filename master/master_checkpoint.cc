@@ -38,7 +38,7 @@ Status Master::RequestCheckpoint(const std::string& why) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ++checkpoint_requested_id_;
+    checkpoint_ordered_id_ = ++checkpoint_requested_id_;
   }
   LOG(INFO) << "checkpoint requested (" << why << ")";
   cv_.notify_all();
@@ -46,9 +46,6 @@ Status Master::RequestCheckpoint(const std::string& why) {
 }
 
 Status Master::RequestRemoveServer(int member, const std::string& why) {
-  if (job_.checkpoint.dir.empty()) {
-    return Status::FailedPrecondition("the job has no checkpoint.dir: a server is removed through a checkpoint");
-  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = ps_.find(member);
@@ -87,22 +84,29 @@ Status Master::ServeBarrier(std::unique_lock<std::mutex>* lock) {
   barrier_state_.clear();
   const int64_t serving = checkpoint_requested_id_;
   const bool periodic = job_.checkpoint.every_steps > 0 && step % job_.checkpoint.every_steps == 0;
-  const bool change = !job_.checkpoint.dir.empty() && ServerChangePending();
+  const bool ordered = checkpoint_ordered_id_ > checkpoint_served_id_;
+  const bool checkpoint = !job_.checkpoint.dir.empty() && (periodic || ordered);
+  const bool change = ServerChangePending();
   const std::vector<int> next = NextServers();
   Status st;
   bool restarted = false, taken = false;
-  if (serving > checkpoint_served_id_ || periodic || change) {
+  if (serving > checkpoint_served_id_ || checkpoint || change) {
     lock->unlock();
-    std::string dir;
-    json manifest;
-    st = TakeCheckpoint(step, state, &dir, &manifest);
-    taken = st.ok();
+    if (checkpoint) {
+      std::string dir;
+      json manifest;
+      st = TakeCheckpoint(step, state, &dir, &manifest);
+      taken = st.ok();
+    }
     if (st.ok() && change) {
-      // The new servers start from this checkpoint: nothing is rolled back.
-      auto from = ReadRestorePoint(dir, manifest);
-      if (from.ok()) from->live = true;
-      st = from.ok() ? StartGeneration(next, *from) : from.status();
+      // The rows that change servers go there from their old owners;
+      // nothing is rolled back.
+      st = MigrateServers(next, step, state);
       restarted = st.ok();
+      if (restarted) {
+        std::lock_guard<std::mutex> relock(mu_);
+        migration_stats_.back()["pause_s"] = std::chrono::duration<double>(Clock::now() - paused_at).count();
+      }
     }
     lock->lock();
     if (st.ok()) checkpoint_served_id_ = std::max(checkpoint_served_id_, serving);

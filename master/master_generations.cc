@@ -83,10 +83,9 @@ std::vector<int> Master::NextServers() const {
   return next;
 }
 
-Status Master::StartGeneration(const std::vector<int>& members, const RestorePoint& from) {
+StatusOr<ShardingPlan> Master::PlanServers(const std::vector<int>& members, const std::string& how) {
   if (members.empty()) return Status::Unavailable("no parameter server is left to hold the tables");
   PlannerOptions planner;
-  std::vector<std::string> endpoints;
   std::optional<ShardingPlan> old_plan;
   std::vector<int> old_members;
   int64_t generation = 0;
@@ -95,9 +94,7 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
     for (int m : members) {
       auto it = ps_.find(m);
       if (it == ps_.end()) return Status::Unavailable(DescribeServer(m) + " left before it could join");
-      const PsMember& p = it->second;
-      endpoints.push_back(p.endpoint);
-      planner.servers.push_back(ServerInfo{p.host, p.memory_bytes});
+      planner.servers.push_back(ServerInfo{it->second.host, it->second.memory_bytes});
     }
     old_plan = plan_;
     old_members = generation_ps_;
@@ -119,10 +116,34 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
     const double percent = m.total_elements > 0 ? 100.0 * m.elements / m.total_elements : 0.0;
     std::cout << "[master] plan version " << plan.version << " on " << members.size() << " server(s): " << m.elements
               << " of " << m.total_elements << " row elements (" << static_cast<int>(percent) << "%, "
-              << static_cast<int64_t>(m.bytes / 1e6) << " MB with optimizer state) change servers; "
-              << (from.live ? "servers keep the shards they hold and load the others" : "every server loads its rows")
-              << " from " << (from.dir.empty() ? "their initial values (step 0)" : from.dir) << std::endl;
+              << static_cast<int64_t>(m.bytes / 1e6) << " MB with optimizer state) change servers; " << how
+              << std::endl;
   }
+  return plan;
+}
+
+Status Master::StartGeneration(const std::vector<int>& members, const RestorePoint& from,
+                               const ShardingPlan* planned) {
+  if (members.empty()) return Status::Unavailable("no parameter server is left to hold the tables");
+  std::vector<std::string> endpoints;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int m : members) {
+      auto it = ps_.find(m);
+      if (it == ps_.end()) return Status::Unavailable(DescribeServer(m) + " left before it could join");
+      endpoints.push_back(it->second.endpoint);
+    }
+  }
+  std::optional<ShardingPlan> made;
+  if (planned == nullptr) {
+    const std::string source = from.dir.empty() ? "their initial values (step 0)" : from.dir;
+    TESSERA_ASSIGN_OR_RETURN(made, PlanServers(members, from.live ? "servers keep the shards they hold and load the "
+                                                                    "others from " + source
+                                                                  : "every server loads its rows from " + source));
+    planned = &*made;
+  }
+  const ShardingPlan& plan = *planned;
+  const int64_t generation = plan.version;
   const json job_json = job_.ToJson();
   const json plan_json = plan.ToJson();
   const json trainers = TrainerConnections();
@@ -135,6 +156,7 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
     if (!from.restore.is_null()) body["restore"] = from.restore;
     // A change at a boundary: what a server keeps need not be reloaded.
     if (from.live) body["keep"] = true;
+    if (from.staged != 0) body["staged"] = from.staged;
     bodies.push_back(std::move(body));
   }
   // Restoring reads the checkpoint's rows: allow it time.
@@ -184,7 +206,7 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
     generations_.push_back({{"generation", generation},
                             {"servers", members.size()},
                             {"start_step", from.step},
-                            {"from", from.dir}});
+                            {"from", from.staged != 0 ? std::string("migration") : from.dir}});
     for (StartWaiter& w : waiters) {
       // A trainer replaced while it waited does not start.
       if (Status member = CheckTrainer(w.trainer); !member.ok()) {
@@ -194,8 +216,8 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
       }
     }
   }
-  // A drained server has handed its rows over (they are in the checkpoint and
-  // now on the others): it may go.
+  // A drained server has handed its rows over (they are on the others now):
+  // it may go.
   for (int m : leaving) {
     Status st;
     CallServer(m, Opcode::kShutdown, json::object(), milliseconds(10000), &st);
@@ -206,6 +228,73 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
   for (int m : leaving) ForgetServerPeer(m);
   LOG(INFO) << "generation " << generation << ": " << members.size() << " parameter server(s), from step " << from.step;
   return Status::OK();
+}
+
+Status Master::MigrateServers(const std::vector<int>& members, int64_t step, const std::string& trainer_state) {
+  const auto start = Clock::now();
+  TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan,
+                           PlanServers(members, "the servers that hold them now send them to their new owners"));
+  // Every server of either plan takes part: the old ones serve their rows,
+  // the new ones fetch theirs; a leaving server only serves.
+  std::vector<int> involved = members;
+  std::vector<json> bodies;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!plan_) return Status::FailedPrecondition("no running plan to migrate from");
+    std::vector<std::string> sources, fetchers;
+    for (int m : generation_ps_) {
+      auto it = ps_.find(m);
+      if (it == ps_.end()) return Status::Unavailable(DescribeServer(m) + " was lost before the migration");
+      sources.push_back(it->second.endpoint);
+      if (std::find(involved.begin(), involved.end(), m) == involved.end()) involved.push_back(m);
+    }
+    for (int m : involved) {
+      auto it = ps_.find(m);
+      if (it == ps_.end()) return Status::Unavailable(DescribeServer(m) + " left before the migration");
+      fetchers.push_back(it->second.routing_id);
+    }
+    MigrateRequest req;
+    req.job = job_.ToJson();
+    req.plan = plan.ToJson();
+    req.step = step;
+    req.from_version = plan_->version;
+    req.from_plan = plan_->ToJson();
+    req.sources = sources;
+    req.fetchers = fetchers;
+    for (size_t i = 0; i < involved.size(); ++i) {
+      req.rank = i < members.size() ? static_cast<int>(i) : -1;
+      bodies.push_back(req.ToJson());
+    }
+  }
+  const auto replies = AwaitServerCalls(StartServerCalls(involved, Opcode::kMigrate, bodies, milliseconds(3600000)));
+  int64_t rows = 0, bytes = 0;
+  for (size_t i = 0; i < involved.size(); ++i) {
+    if (!replies[i].body.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      return replies[i].body.status().WithContext("moving the rows of plan version " + std::to_string(plan.version) +
+                                                  " on " + DescribeServer(involved[i]));
+    }
+    rows += replies[i].body->value("rows", int64_t{0});
+    bytes += replies[i].body->value("bytes", int64_t{0});
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::cout << "[master] migration at step " << step << ": " << rows << " rows (" << bytes / 1e6
+            << " MB) went to their new servers in " << seconds << " s (" << (seconds > 0 ? bytes / 1e6 / seconds : 0)
+            << " MB/s)" << std::endl;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    migration_stats_.push_back({{"step", step},
+                                {"plan_version", plan.version},
+                                {"rows", rows},
+                                {"bytes", bytes},
+                                {"seconds", seconds}});
+  }
+  RestorePoint from;
+  from.step = step;
+  from.trainer_state = trainer_state;
+  from.live = true;
+  from.staged = plan.version;
+  return StartGeneration(members, from, &plan);
 }
 
 Status Master::EndGenerationForRecovery(const Status& why, std::vector<Responder>* at_barrier) {

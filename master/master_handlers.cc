@@ -116,12 +116,6 @@ void Master::HandleRegister(const RegisterRequest& req, Responder& r) {
                                               " parameter server(s), all registered"));
       return;
     }
-    if (started && job_.checkpoint.dir.empty()) {
-      // A server joins at a step boundary through a checkpoint.
-      r.ReplyError(Status::FailedPrecondition(
-          "the job is running and has no checkpoint.dir: servers can join a running job only through a checkpoint"));
-      return;
-    }
     PsMember m;
     m.endpoint = req.endpoint;
     m.host = req.host;

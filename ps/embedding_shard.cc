@@ -10,7 +10,8 @@ namespace tessera {
 
 StatusOr<std::unique_ptr<EmbeddingShard>> EmbeddingShard::Create(const ShardSpec& spec, const TableConfig& table,
                                                                   const RowStoreFactory& factory,
-                                                                  double memory_share) {
+                                                                  double memory_share,
+                                                                  const std::string& store_instance) {
   if (spec.num_cols < 1 || spec.col_offset < 0 || spec.col_offset + spec.num_cols > table.embedding_dim) {
     return Status::InvalidArgument("shard " + std::to_string(spec.shard_id) + " of table " + table.name +
                                    ": columns out of the table's dimension");
@@ -29,6 +30,7 @@ StatusOr<std::unique_ptr<EmbeddingShard>> EmbeddingShard::Create(const ShardSpec
   EmbeddingShard* self = s.get();
   options.init = [self](int64_t id, float* row) { self->InitRow(id, row); };
   options.memory_share = memory_share;
+  options.instance = store_instance;
   if (factory) {
     TESSERA_ASSIGN_OR_RETURN(s->store_, factory(spec, options));
   } else {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/job_config.h"
@@ -38,7 +39,8 @@ class EmbeddingShard {
   // A null factory keeps the rows in memory (MemoryRowStore).
   static StatusOr<std::unique_ptr<EmbeddingShard>> Create(const ShardSpec& spec, const TableConfig& table,
                                                           const RowStoreFactory& factory = nullptr,
-                                                          double memory_share = 1.0);
+                                                          double memory_share = 1.0,
+                                                          const std::string& store_instance = "");
 
   const ShardSpec& spec() const { return spec_; }
   // A new plan numbers the same rows differently: this shard goes on under

@@ -27,6 +27,11 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Paramete
   service_options.store_factory = MakeRowStoreFactory(options.storage);
   service_options.before_control = options.before_control;
   service_options.stores_named_by_id = !options.storage.rocksdb_path.empty();
+  ParameterServer* self = ps.get();
+  service_options.call_server = [self](const std::string& endpoint, Message&& request, milliseconds timeout,
+                                       const std::atomic<bool>* cancel) {
+    return self->CallServer(endpoint, std::move(request), timeout, cancel);
+  };
   ps->service_ = std::make_unique<PsService>(service_options);
   PsService* service = ps->service_.get();
   TESSERA_ASSIGN_OR_RETURN(
@@ -38,8 +43,39 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Paramete
   return ps;
 }
 
+StatusOr<Message> ParameterServer::CallServer(const std::string& endpoint, Message&& request, milliseconds timeout,
+                                              const std::atomic<bool>* cancel) {
+  int peer = -1;
+  {
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    auto it = server_peers_.find(endpoint);
+    if (it == server_peers_.end()) {
+      TESSERA_ASSIGN_OR_RETURN(peer, client_->Connect(endpoint, Role::kPs));
+      server_peers_[endpoint] = peer;
+    } else {
+      peer = it->second;
+    }
+  }
+  // A server that died closes its connection at once: give up after a
+  // second of that rather than at the deadline, as the master does.
+  constexpr milliseconds kConnectionLoss{1000};
+  RpcFuture reply = client_->Call(peer, std::move(request), timeout);
+  while (!reply.WaitFor(milliseconds(50))) {
+    const auto down = client_->DisconnectedSince(peer);
+    if (down && std::chrono::steady_clock::now() - *down > kConnectionLoss) {
+      client_->CancelCalls(peer, Status::Unavailable("the parameter server at " + endpoint +
+                                                     " closed its connection: it died"));
+    } else if (cancel != nullptr && cancel->load()) {
+      client_->CancelCalls(peer, Status::Cancelled("cancelled"));
+    }
+  }
+  return reply.Wait();
+}
+
 ParameterServer::~ParameterServer() {
   if (server_) server_->Stop();
+  // Its fetches use client_, which goes first.
+  if (service_) service_->EndMigration();
 }
 
 Status ParameterServer::Register() {

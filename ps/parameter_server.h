@@ -3,7 +3,10 @@
 // master says so (or exit with an error when the master is gone).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -69,6 +72,12 @@ class ParameterServer {
   std::unique_ptr<RpcServer> server_;
   std::unique_ptr<RpcClient> client_;
   int master_peer_ = -1;
+  // Another server's reply to `request` (a migration's FETCH_ROWS):
+  // PsServiceOptions::call_server.
+  StatusOr<Message> CallServer(const std::string& endpoint, Message&& request, std::chrono::milliseconds timeout,
+                               const std::atomic<bool>* cancel);
+  std::mutex peers_mu_;
+  std::map<std::string, int> server_peers_;  // GUARDED_BY(peers_mu_): endpoint -> client peer
   std::string endpoint_;
   int rank_ = -1;
   int64_t heartbeat_ms_ = 500;

@@ -16,36 +16,11 @@
 #include "ps/ps_service.h"
 #include "ps/row_layout.h"
 #include "ps/row_snapshot.h"
+#include "ps/shard_parallel.h"
 
 namespace tessera {
 
 using nlohmann::json;
-
-namespace {
-
-// Shards snapshotted at once by one server. More threads than this gain
-// nothing once the disk, not the copy, is the bound.
-constexpr size_t kSnapshotThreads = 4;
-
-// Runs fn(i) for every i in [0, n) on up to kSnapshotThreads threads (this
-// one included); the first error in index order, or OK.
-Status ForEachShardInParallel(size_t n, const std::function<Status(size_t)>& fn) {
-  std::vector<Status> results(n);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < n; i = next++) results[i] = fn(i);
-  };
-  const size_t threads =
-      std::min<size_t>({n, std::max<unsigned>(1, std::thread::hardware_concurrency()), kSnapshotThreads});
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  for (const Status& st : results) TESSERA_RETURN_IF_ERROR(st);
-  return Status::OK();
-}
-
-}  // namespace
 
 namespace {
 
@@ -136,6 +111,17 @@ Status PsService::Restore(const json& restore, const ShardMap& shards) {
   });
 }
 
+Status PsService::MergeRows(EmbeddingShard* shard, std::span<const int64_t> ids, const float* rows, int width,
+                            int old_col, int old_cols) {
+  const ShardSpec& mine = shard->spec();
+  const RowLayout layout = RowLayout::For(shard->table().optimizer.type);
+  return shard->store()->Update(ids, [&](float* const* dst, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      CopyRowColumns(layout, &rows[i * width], old_col, old_cols, dst[i], mine.col_offset, mine.num_cols);
+    }
+  });
+}
+
 Status PsService::RestoreShard(const json& restore, uint32_t id, EmbeddingShard* shard) {
   constexpr size_t kBatch = 4096;
   const ShardSpec& mine = shard->spec();
@@ -155,11 +141,7 @@ Status PsService::RestoreShard(const json& restore, uint32_t id, EmbeddingShard*
     int width = 0;
     auto flush = [&]() -> Status {
       if (ids.empty()) return Status::OK();
-      Status st = shard->store()->Update(ids, [&](float* const* dst, int64_t n) {
-        for (int64_t i = 0; i < n; ++i) {
-          CopyRowColumns(layout, &rows[i * width], old_col, old_cols, dst[i], mine.col_offset, mine.num_cols);
-        }
-      });
+      Status st = MergeRows(shard, ids, rows.data(), width, old_col, old_cols);
       restored += static_cast<int64_t>(ids.size());
       ids.clear();
       rows.clear();

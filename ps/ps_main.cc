@@ -40,7 +40,7 @@ DEFINE_bool(gpu_tier_on_host, false,
 DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
 DEFINE_string(test_crash_on, "",
               "Fault injection for tests: OP:N ends the process (exit 9) when the Nth request OP "
-              "(create_shards, snapshot) arrives, before it is handled");
+              "(create_shards, snapshot, migrate) arrives, before it is handled");
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("tessera_ps --master tcp://HOST:PORT [--bind tcp://0.0.0.0:0 --advertise_host HOST]");
@@ -95,9 +95,12 @@ int main(int argc, char** argv) {
     const size_t colon = FLAGS_test_crash_on.find(':');
     const std::string name = FLAGS_test_crash_on.substr(0, colon);
     const int nth = colon == std::string::npos ? 0 : std::atoi(FLAGS_test_crash_on.c_str() + colon + 1);
-    const tessera::Opcode op = name == "create_shards" ? tessera::Opcode::kCreateShards : tessera::Opcode::kSnapshot;
-    if ((name != "create_shards" && name != "snapshot") || nth < 1) {
-      LOG(ERROR) << "--test_crash_on: expected create_shards:N or snapshot:N, not '" << FLAGS_test_crash_on << "'";
+    const tessera::Opcode op = name == "create_shards" ? tessera::Opcode::kCreateShards
+                               : name == "migrate"     ? tessera::Opcode::kMigrate
+                                                       : tessera::Opcode::kSnapshot;
+    if ((name != "create_shards" && name != "snapshot" && name != "migrate") || nth < 1) {
+      LOG(ERROR) << "--test_crash_on: expected create_shards:N, snapshot:N or migrate:N, not '" << FLAGS_test_crash_on
+                 << "'";
       return 1;
     }
     auto seen = std::make_shared<std::atomic<int>>(0);
@@ -115,7 +118,7 @@ int main(int argc, char** argv) {
   }
   // SIGTERM (or SIGINT) drains this server's rows to the others through the
   // master; the master then shuts it down and it exits 0. Where the master
-  // cannot (the last server, no checkpoint.dir) it stops at once, exit 1.
+  // cannot (the last server) it stops at once, exit 1.
   std::atomic<bool> done{false};
   tessera::ParameterServer* server = ps->get();
   std::thread watcher([&done, server, set] {

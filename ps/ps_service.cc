@@ -36,12 +36,17 @@ PsService::PsService(PsServiceOptions options)
       store_factory_(options.store_factory),
       before_control_(options.before_control),
       stores_named_by_id_(options.stores_named_by_id),
+      call_server_(std::move(options.call_server)),
+      fetch_reply_bytes_(std::max<int64_t>(1, options.fetch_reply_bytes)),
       shards_(std::make_shared<ShardMap>()),
       open_to_any_sender_(options.open_to_any_sender),
       max_reply_values_(options.max_reply_values),
       last_expiry_(Clock::now()) {}
 
-PsService::~PsService() { Abort(Status::Cancelled("parameter server shutting down")); }
+PsService::~PsService() {
+  EndMigration();
+  Abort(Status::Cancelled("parameter server shutting down"));
+}
 
 uint32_t PsService::plan_version() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -164,30 +169,53 @@ std::shared_ptr<const PsService::ShardMap> PsService::Shards() const {
   return shards_;
 }
 
-Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, const json& restore, bool keep) {
+Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, const json& restore, bool keep,
+                               uint32_t staged) {
   // Its own shards and those it backs up: a backup is the same shard,
   // restored from the same rows, applying the same pushes.
   const std::vector<ShardSpec> mine = plan.HeldBy(ps_rank_.load());
-  auto shards = std::make_shared<ShardMap>();
-  TESSERA_RETURN_IF_ERROR(ReleaseShards(keep ? mine : std::vector<ShardSpec>{}, shards.get()));
-  const size_t kept = shards->size();
-  ShardMap created;
-  double total_bytes = 0;
   for (const ShardSpec& spec : mine) {
     if (spec.table < 0 || spec.table >= static_cast<int>(job.tables.size())) {
       return Status::InvalidArgument("plan names table " + std::to_string(spec.table) + " which the job lacks");
     }
-    total_bytes += static_cast<double>(spec.num_rows) * job.tables[spec.table].RowBytes();
   }
+  ShardMap from_migration;
+  int64_t start_step = 0;
+  if (staged != 0) {
+    // Checked before anything is dropped: a migration that did not finish
+    // leaves this server as it was.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!keep || plan.version != staged || !migration_ || migration_->to_version != staged ||
+        !migration_->finished || !migration_->status.ok()) {
+      return Status::FailedPrecondition("CREATE_SHARDS: no finished migration to plan version " +
+                                        std::to_string(staged) + " on this server");
+    }
+    const std::map<uint32_t, uint32_t> kept = MatchKept(*shards_, mine);
+    for (const ShardSpec& spec : mine) {
+      if (kept.count(spec.shard_id) == 0 && migration_->staged.count(spec.shard_id) == 0) {
+        return Status::FailedPrecondition("CREATE_SHARDS: shard " + std::to_string(spec.shard_id) +
+                                          " is neither held nor staged by the migration");
+      }
+    }
+    from_migration = std::move(migration_->staged);
+    start_step = migration_->step;  // the boundary it was made at
+    migration_.reset();
+  } else {
+    EndMigration();
+  }
+  auto shards = std::make_shared<ShardMap>();
+  TESSERA_RETURN_IF_ERROR(ReleaseShards(keep ? mine : std::vector<ShardSpec>{}, shards.get()));
+  const size_t kept = shards->size();
+  ShardMap created;
   for (const ShardSpec& spec : mine) {
     if (shards->count(spec.shard_id)) continue;  // kept as it is
-    const double bytes = static_cast<double>(spec.num_rows) * job.tables[spec.table].RowBytes();
-    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddingShard> shard,
-                             EmbeddingShard::Create(spec, job.tables[spec.table], store_factory_,
-                                                    total_bytes > 0 ? bytes / total_bytes : 1.0));
+    if (auto it = from_migration.find(spec.shard_id); it != from_migration.end()) {
+      (*shards)[spec.shard_id] = it->second;
+      continue;
+    }
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddingShard> shard, NewShard(job, mine, spec, ""));
     created[spec.shard_id] = std::move(shard);
   }
-  int64_t start_step = 0;
   if (!restore.is_null()) {
     // Kept shards are the cut already; only the new ones load their rows.
     TESSERA_RETURN_IF_ERROR(Restore(restore, created));
@@ -195,7 +223,9 @@ Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, c
   }
   for (auto& [id, shard] : created) (*shards)[id] = std::move(shard);
   if (keep) {
-    LOG(INFO) << "ps " << ps_rank_.load() << ": kept " << kept << " shard(s) as they were, loaded " << created.size();
+    LOG(INFO) << "ps " << ps_rank_.load() << ": kept " << kept << " shard(s) as they were, "
+              << (staged != 0 ? "took " + std::to_string(from_migration.size()) + " from the migration"
+                              : "loaded " + std::to_string(created.size()));
   }
   Gate::Released parked;
   {
@@ -266,11 +296,24 @@ Status PsService::ReleaseShards(const std::vector<ShardSpec>& keep, ShardMap* ke
   const auto give_up = Clock::now() + std::chrono::seconds(60);
   while (old.use_count() > 1 && Clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (old.use_count() > 1) return Status::Unavailable("requests under the old plan still run after 60 s");
+  for (const auto& [next_id, old_id] : MatchKept(*old, keep)) {
+    const std::shared_ptr<EmbeddingShard>& shard = old->at(old_id);
+    shard->Relabel(next_id);
+    (*kept)[next_id] = shard;
+  }
+  return Status::OK();  // the others are destroyed with `old`
+}
+
+std::map<uint32_t, uint32_t> PsService::MatchKept(const ShardMap& old, const std::vector<ShardSpec>& next) const {
   // What stays: the same rows and columns of the same table, as they are,
   // under the new plan's id (a store with files named by id: the same id).
+  // Old shards in id order, so the match does not depend on hashing.
+  std::map<uint32_t, const EmbeddingShard*> by_id;
+  for (const auto& [id, shard] : old) by_id[id] = shard.get();
+  std::map<uint32_t, uint32_t> matched;
   std::set<uint32_t> taken;
-  for (const ShardSpec& spec : keep) {
-    for (const auto& [id, shard] : *old) {
+  for (const ShardSpec& spec : next) {
+    for (const auto& [id, shard] : by_id) {
       const ShardSpec& held = shard->spec();
       if (taken.count(id) || held.table != spec.table || held.row_offset != spec.row_offset ||
           held.num_rows != spec.num_rows || held.col_offset != spec.col_offset || held.num_cols != spec.num_cols ||
@@ -278,12 +321,23 @@ Status PsService::ReleaseShards(const std::vector<ShardSpec>& keep, ShardMap* ke
         continue;
       }
       taken.insert(id);
-      shard->Relabel(spec.shard_id);
-      (*kept)[spec.shard_id] = shard;
+      matched[spec.shard_id] = id;
       break;
     }
   }
-  return Status::OK();  // the others are destroyed with `old`
+  return matched;
+}
+
+StatusOr<std::unique_ptr<EmbeddingShard>> PsService::NewShard(const JobConfig& job,
+                                                              const std::vector<ShardSpec>& mine,
+                                                              const ShardSpec& spec,
+                                                              const std::string& store_instance) const {
+  // The share of the server's memory budget its tiered store may use.
+  double total_bytes = 0;
+  for (const ShardSpec& s : mine) total_bytes += static_cast<double>(s.num_rows) * job.tables[s.table].RowBytes();
+  const double bytes = static_cast<double>(spec.num_rows) * job.tables[spec.table].RowBytes();
+  return EmbeddingShard::Create(spec, job.tables[spec.table], store_factory_,
+                                total_bytes > 0 ? bytes / total_bytes : 1.0, store_instance);
 }
 
 void PsService::Abort(const Status& reason) {
@@ -322,6 +376,9 @@ void PsService::Handle(Message&& request, Responder responder) {
       return;
     case Opcode::kPushGradients:
       HandlePush(std::move(request), std::move(responder));
+      return;
+    case Opcode::kFetchRows:
+      HandleFetchRows(std::move(request), std::move(responder));
       return;
     default:
       if (Status sender = CheckMaster(responder); !sender.ok()) {
@@ -787,7 +844,14 @@ void PsService::HandleControl(Message&& m, Responder r) {
           r.ReplyError(trainers.status().WithContext("CREATE_SHARDS"));
           return;
         }
-        Status st = CreateShards(*job, *plan, body->value("restore", json()), body->value("keep", false));
+        int64_t staged = 0;
+        if (Status field = JsonFields(*body, "CREATE_SHARDS").Int("staged", &staged, false, 1, UINT32_MAX);
+            !field.ok()) {
+          r.ReplyError(field);
+          return;
+        }
+        Status st = CreateShards(*job, *plan, body->value("restore", json()), body->value("keep", false),
+                                 static_cast<uint32_t>(staged));
         if (!st.ok()) {
           r.ReplyError(st);
           return;
@@ -828,6 +892,22 @@ void PsService::HandleControl(Message&& m, Responder r) {
         }
         set_trainers(std::move(trainers).value());
         r.ReplyOk();
+        return;
+      }
+      case Opcode::kMigrate: {
+        auto req = MigrateRequest::Parse(*body);
+        if (!req.ok()) {
+          r.ReplyError(req.status());
+          return;
+        }
+        auto responder = std::make_shared<Responder>(std::move(r));
+        Migrate(*req, [responder](StatusOr<json> result) {
+          if (result.ok()) {
+            responder->Reply(EncodeJsonReply(responder->request_header(), *result));
+          } else {
+            responder->ReplyError(result.status());
+          }
+        });
         return;
       }
       case Opcode::kDumpShards: {

@@ -42,12 +42,15 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/control_messages.h"
 #include "common/job_config.h"
 #include "common/messages.h"
 #include "common/rpc_server.h"
@@ -75,6 +78,17 @@ struct PsServiceOptions {
   // Values one lookup reply may hold (1 GiB of floats): a request that asks
   // for more is refused RESOURCE_EXHAUSTED before anything is allocated.
   size_t max_reply_values = size_t{1} << 28;
+  // Sends a request to the parameter server at `endpoint` (FETCH_ROWS in a
+  // migration) and waits for its reply, until `timeout` or *cancel; ends
+  // early when that server's connection is lost. Null: this server cannot
+  // fetch rows, and a migration that needs some fails.
+  using CallServerFn = std::function<StatusOr<Message>(const std::string& endpoint, Message&& request,
+                                                       std::chrono::milliseconds timeout,
+                                                       const std::atomic<bool>* cancel)>;
+  CallServerFn call_server;
+  // Bytes of rows one FETCH_ROWS reply carries at most (the pages a
+  // migration moves a shard in).
+  int64_t fetch_reply_bytes = int64_t{32} << 20;
 };
 
 class PsService {
@@ -94,8 +108,22 @@ class PsService {
   // With `keep` (the restore point is this server's live state: a
   // checkpoint just taken at this step boundary), a shard it holds already
   // (same id, table, rows and columns) stays as it is, not reloaded.
+  // With `staged` (the version of a migration's plan, see Migrate), the
+  // shards it does not keep are those the migration staged: nothing loads.
   Status CreateShards(const JobConfig& job, const ShardingPlan& plan, const nlohmann::json& restore = {},
-                      bool keep = false);
+                      bool keep = false, uint32_t staged = 0);
+
+  // A migration to `req.plan` (common/control_messages.h: MIGRATE): stages
+  // the shards the new plan gives this server that it does not hold (as
+  // CreateShards with keep would keep them) by fetching their rows from the
+  // servers of the running plan, and meanwhile serves FETCH_ROWS of its own
+  // shards to req.fetchers. Runs on its own thread; `done` is called once,
+  // with the rows and bytes fetched, or the error. A later Migrate or
+  // CreateShards cancels one that still runs and drops what it staged.
+  void Migrate(const MigrateRequest& req, std::function<void(StatusOr<nlohmann::json>)> done);
+  // Cancels and joins a migration that runs, and drops what one staged.
+  // Before the service's call_server goes away.
+  void EndMigration();
 
   // A server of the plan was lost and the backups of its shards take over
   // (`plan` differs from the running one only in who serves and who backs
@@ -140,6 +168,7 @@ class PsService {
     std::vector<int64_t> ids;
     std::vector<float> grads;  // [ids x cols]
   };
+  using ShardMap = std::unordered_map<uint32_t, std::shared_ptr<EmbeddingShard>>;
   struct DeferredLookup {
     LookupRequest request;
     Responder responder;
@@ -165,6 +194,33 @@ class PsService {
   // taken once the plan is in place.
   void set_trainers(std::vector<std::string> routing_ids);
 
+  // A migration (ps/ps_migration.cc).
+  struct Migration {
+    uint32_t from_version = 0, to_version = 0;
+    int64_t step = 0;
+    std::vector<std::string> fetchers;  // routing ids
+    bool finished = false;
+    Status status;    // once finished
+    ShardMap staged;  // once finished OK
+  };
+  // Serves FETCH_ROWS: rows of a shard of the running plan to a server
+  // of the migration.
+  void HandleFetchRows(Message&& m, Responder r);
+  // Fills one staged shard from the running plan's servers.
+  Status FetchShard(const MigrateRequest& req, const ShardingPlan& from, EmbeddingShard* shard, int64_t* rows,
+                    int64_t* bytes);
+  // Which shards of `next` (new id -> old id) the held ones `old` are: the
+  // same table, rows and columns (and id, for stores with files named by
+  // id). CreateShards keeps these; a migration stages the others.
+  std::map<uint32_t, uint32_t> MatchKept(const ShardMap& old, const std::vector<ShardSpec>& next) const;
+  // Creates the empty shard `spec` of the ones `mine` this server will hold.
+  StatusOr<std::unique_ptr<EmbeddingShard>> NewShard(const JobConfig& job, const std::vector<ShardSpec>& mine,
+                                                     const ShardSpec& spec, const std::string& store_instance) const;
+  // Writes rows of an old shard (full rows, its columns [old_col, old_col +
+  // old_cols)) into `shard`'s rows, those of its columns.
+  static Status MergeRows(EmbeddingShard* shard, std::span<const int64_t> ids, const float* rows, int width,
+                          int old_col, int old_cols);
+
   // Computes and answers a lookup; stores its context on success.
   void ServeLookup(LookupRequest&& req, Responder r);
   // Serves the lookups the gate released, or answers them with its status.
@@ -175,7 +231,6 @@ class PsService {
   // and applies the optimizer once per shard.
   Status ApplyMerged(const std::vector<const std::vector<EntryGrads>*>& pushes);
   void ExpireContexts();  // REQUIRES: mu_ held
-  using ShardMap = std::unordered_map<uint32_t, std::shared_ptr<EmbeddingShard>>;
   // The current shards; requests hold the snapshot they started with.
   std::shared_ptr<const ShardMap> Shards() const;
 
@@ -183,6 +238,8 @@ class PsService {
   const RowStoreFactory store_factory_;
   const std::function<void(Opcode)> before_control_;
   const bool stores_named_by_id_;
+  const PsServiceOptions::CallServerFn call_server_;
+  const int64_t fetch_reply_bytes_;
   // Drops the current shards once no request uses them (CreateShards), but
   // those of `keep` that are the same shard, which go to *kept.
   Status ReleaseShards(const std::vector<ShardSpec>& keep, ShardMap* kept);
@@ -210,6 +267,10 @@ class PsService {
   std::map<std::pair<uint32_t, uint64_t>, Context> contexts_;             // GUARDED_BY(mu_)
   std::chrono::steady_clock::time_point last_expiry_;                     // GUARDED_BY(mu_)
   bool shutdown_ = false;                                                 // GUARDED_BY(mu_)
+  std::optional<Migration> migration_;                                    // GUARDED_BY(mu_)
+  std::thread migration_thread_;        // GUARDED_BY(migration_mu_)
+  std::atomic<bool> migration_cancel_{false};
+  std::mutex migration_mu_;  // before mu_: one Migrate or EndMigration at a time
   // Reset and Abort are called with mu_ held, so a request's checks under
   // mu_ and the gate's decision see one plan and one failure.
   Gate gate_;

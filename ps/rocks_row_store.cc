@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <vector>
@@ -139,6 +140,7 @@ StatusOr<std::unique_ptr<RowDb>> RowDb::Open(const RowDbOptions& options, int ro
   // time per lookup in a RocksDB micro-benchmark of 512-byte rows).
   o.allow_mmap_reads = true;
   db->write_ahead_log_ = options.write_ahead_log;
+  db->destroy_on_close_ = options.destroy_on_close;
 
   const bool exists = o.env->FileExists(options.path + "/CURRENT").ok();
   switch (options.mode) {
@@ -175,6 +177,12 @@ RowDb::~RowDb() {
   // Without a WAL the memtable is flushed at close by RocksDB itself; say so if that fails.
   rocksdb::Status s = db_->Close();
   if (!s.ok() && !s.IsAborted()) LOG(ERROR) << FromRocks(s, "closing row db " + path_);
+  if (destroy_on_close_) {
+    db_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+    if (ec) LOG(WARNING) << "removing row db " << path_ << ": " << ec.message();
+  }
 }
 
 Status RowDb::Get(std::span<const int64_t> ids, float* rows, uint8_t* found) {

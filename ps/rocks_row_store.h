@@ -68,6 +68,8 @@ struct RowDbOptions {
   // File system hook for tests (fault injection); nullptr: the default Env.
   // Not owned; must outlive the database.
   rocksdb::Env* env = nullptr;
+  // Deletes the database when it closes: for a staged copy no one reopens.
+  bool destroy_on_close = false;
 };
 
 // A RocksDB database of rows of one width. Thread-safe (RocksDB is): any
@@ -110,6 +112,7 @@ class RowDb {
   const std::string path_;
   const int row_width_;  // 0 when opened read-only: any width
   bool write_ahead_log_ = false;
+  bool destroy_on_close_ = false;
   std::shared_ptr<rocksdb::Cache> cache_;
   std::unique_ptr<rocksdb::DB> db_;
   // After a failed write RocksDB refuses writes until resumed; the next Put

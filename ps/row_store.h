@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "common/status.h"
 #include "ps/row_store_stats.h"
@@ -34,6 +35,11 @@ struct RowStoreOptions {
   // This store's share of the server's memory budget (its bytes over the
   // bytes of all the server's shards), for tiered stores.
   double memory_share = 1.0;
+  // Tells apart two stores of one shard id alive at once (a migration stages
+  // a shard while the old plan's of the same id still serves): "" for the
+  // usual one; a store with files then names them by id and instance, and
+  // removes them when it closes (nothing reopens them).
+  std::string instance;
 };
 
 class RowStore {

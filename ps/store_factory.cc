@@ -24,6 +24,10 @@ StatusOr<std::unique_ptr<RowStore>> HostStore(const ShardStorageOptions& options
   TieredRowStoreOptions o;
   o.rows = rows;
   o.db.path = options.rocksdb_path + "/shard" + std::to_string(shard.shard_id);
+  if (!rows.instance.empty()) {
+    o.db.path += "." + rows.instance;
+    o.db.destroy_on_close = true;
+  }
   // A new job's shard starts empty: rows of an earlier job must not leak in.
   o.db.mode = RowDbOpenMode::kOverwrite;
   o.host_bytes = std::max<int64_t>(HostTierBytesPerRow(rows.row_width),

@@ -44,8 +44,8 @@
 # --add_ps N, on a job this script is running in DIR (no --config): starts N
 # more servers, detached from this invocation (setsid), that register with the
 # job's master (address from DIR/master.endpoint) and are added at the next
-# step boundary (needs checkpoint.dir in the config; without it the master
-# refuses them). They are named with the next free index (ps<k>.log in DIR, {i}
+# step boundary, where the rows they take over are sent to them by the servers
+# that hold them. They are named with the next free index (ps<k>.log in DIR, {i}
 # in --ps_flags becoming k) and recorded in DIR/added_ps.pids ("name pid" per
 # line), which the script running the job reads to stop and wait for them as
 # its own. Exits 0 once every new server has registered; non-zero, with the log's

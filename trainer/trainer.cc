@@ -396,7 +396,8 @@ Status Trainer::Train(const GenerationStart& start, json* report) {
   }
   lo.start_step = start_step;
   lo.checkpoint_every = job.checkpoint.dir.empty() ? 0 : job.checkpoint.every_steps;
-  if (!job.checkpoint.dir.empty()) lo.checkpoint_requested = &checkpoint_requested_;
+  // Also without checkpoints: the servers change at a boundary the master asks for.
+  lo.checkpoint_requested = &checkpoint_requested_;
   lo.barrier = [&](int64_t step) -> Status {
     StatusOr<Message> reply = Status::Internal("no barrier attempt");
     for (int attempt = 0;; ++attempt) {

@@ -14,6 +14,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <thread>
@@ -215,6 +216,42 @@ TEST_P(ChangeServersTest, AddedThenRemovedServerEndsLikeAnUndisturbedRun) {
 INSTANTIATE_TEST_SUITE_P(Storage, ChangeServersTest, ::testing::Values("memory", "rocksdb", "gpu_tier_on_host"),
                          [](const auto& info) { return info.param; });
 
+// No checkpoints at all: the rows an added server takes over come straight
+// from the servers that held them, and a removed one hands its rows over the
+// same way; the job neither replays a step nor needs a checkpoint folder.
+TEST(ElasticTest, ServersChangeWithoutAnyCheckpointAndTheJobEndsLikeAnUndisturbedRun) {
+  Undisturbed();
+  testing::LocalCluster c("elastic_no_checkpoints");
+  json job = Job("");
+  job.erase("checkpoint");
+  ASSERT_TRUE(c.StartJob(job, 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+  ASSERT_TRUE(c.WaitForSteps(0, SeededStep(10, kSteps / 3, 12), milliseconds(60000))) << c.Log("master");
+  ASSERT_TRUE(c.StartPs(2).ok());
+  ASSERT_TRUE(c.WaitForLog("master", "generation 2: 3 parameter server(s)", milliseconds(60000))) << c.Log("master");
+  ASSERT_TRUE(c.WaitForSteps(0, c.Metrics(0).size() + 20, milliseconds(60000))) << c.Log("master");
+  c.Kill("ps1", SIGTERM);
+  EXPECT_EQ(c.Wait("ps1", milliseconds(30000)), 0) << c.Log("ps1");
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  const std::string log = c.Log("master");
+  EXPECT_NE(log.find("generation 3: 2 parameter server(s)"), std::string::npos) << log;
+  EXPECT_NE(log.find("[master] migration at step"), std::string::npos) << log;
+  EXPECT_EQ(log.find("checkpoint at step"), std::string::npos) << log;
+  for (const char* p : {"ps0", "ps2"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
+  ExpectTrainersFinished(c);
+  EXPECT_EQ(c.Metrics(0).size(), static_cast<size_t>(kSteps));
+  // The summary lists both moves, with the rows that went.
+  std::ifstream in(c.dir() + "/summary.json");
+  json summary;
+  ASSERT_NO_THROW(in >> summary);
+  ASSERT_EQ(summary["migrations"].size(), 2u) << summary.dump();
+  for (const json& m : summary["migrations"]) {
+    EXPECT_GT(m["rows"].get<int64_t>(), 0) << m;
+    EXPECT_GT(m["bytes"].get<int64_t>(), 0) << m;
+    EXPECT_GE(m["pause_s"].get<double>(), m["seconds"].get<double>()) << m;
+  }
+  ExpectSameParameters(c);
+}
+
 TEST(ElasticTest, SigtermDrainsAServerWhichThenExitsZero) {
   Undisturbed();
   const std::string root = TempRoot("sigterm");
@@ -374,14 +411,18 @@ TEST(ElasticTest, ServerKilledDuringACheckpointRollsBackToThePreviousOne) {
   std::filesystem::remove_all(root);
 }
 
-TEST(ElasticTest, ServerKilledDuringAMigrationRollsBackAndEndsLikeAnUndisturbedRun) {
+// A server dies in the move onto 3 servers: when told to migrate (the
+// others are fetching its rows or about to), or when told to take the new
+// plan (the others may have taken it already).
+class KillInMigrationTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KillInMigrationTest, ServerKilledDuringAMigrationRollsBackAndEndsLikeAnUndisturbedRun) {
   Undisturbed();
   const std::string root = TempRoot("kill_in_migration");
   std::filesystem::remove_all(root);
-  testing::LocalCluster c("elastic_kill_in_migration");
-  // Its second CREATE_SHARDS is the move onto 3 servers: it dies there.
-  ASSERT_TRUE(StartWithServerFlags(c, Job(root), {{}, {"--test_crash_on", "create_shards:2"}},
-                                   {"--dump_dir", c.dir() + "/dump"})
+  const std::string at = GetParam() == "migrate" ? "migrate:1" : "create_shards:2";
+  testing::LocalCluster c("elastic_kill_in_" + GetParam());
+  ASSERT_TRUE(StartWithServerFlags(c, Job(root), {{}, {"--test_crash_on", at}}, {"--dump_dir", c.dir() + "/dump"})
                   .ok());
   ASSERT_TRUE(c.WaitForSteps(0, SeededStep(10, kSteps / 3, 9), milliseconds(60000))) << c.Log("master");
   ASSERT_TRUE(c.StartPs(2).ok());
@@ -396,6 +437,9 @@ TEST(ElasticTest, ServerKilledDuringAMigrationRollsBackAndEndsLikeAnUndisturbedR
   ExpectSameParameters(c);
   std::filesystem::remove_all(root);
 }
+
+INSTANTIATE_TEST_SUITE_P(When, KillInMigrationTest, ::testing::Values("migrate", "create_shards"),
+                         [](const auto& info) { return info.param; });
 
 TEST(ElasticTest, MasterKilledDuringACheckpointIsRestartedAndTheJobEndsLikeAnUndisturbedRun) {
   Undisturbed();

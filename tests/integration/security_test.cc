@@ -167,6 +167,17 @@ class Forger {
       send(p, "CREATE_SHARDS" + at, EncodeJson(Opcode::kCreateShards, json{{"job", Job()}, {"plan", json::object()}}));
       send(p, "PROMOTE" + at, EncodeJson(Opcode::kPromote, json{{"plan", json::object()}, {"rank", 0}}));
       send(p, "SERVER_STATS" + at, EncodeJson(Opcode::kServerStats, json::object()));
+      // A migration's messages: MIGRATE is the master's order, FETCH_ROWS
+      // a server's during one (there is none: refused either way).
+      send(p, "MIGRATE" + at,
+           EncodeJson(Opcode::kMigrate, json{{"job", Job()}, {"plan", json::object()}, {"rank", 0}, {"step", 0},
+                                             {"from_version", 1}, {"from_plan", json::object()},
+                                             {"sources", json::array()}, {"fetchers", json::array()}}));
+      for (uint32_t version = 1; version <= 2; ++version) {
+        send(p, "FETCH_ROWS plan " + std::to_string(version) + at,
+             EncodeJson(Opcode::kFetchRows, json{{"version", version}, {"shard", 0}, {"row_begin", 0},
+                                                 {"row_end", 10}, {"after", -1}, {"max_rows", 1000}}));
+      }
       send(p, "ABORT" + at, EncodeJson(Opcode::kAbort, json{{"reason", "forged"}}));
       send(p, "SHUTDOWN" + at, EncodeJson(Opcode::kShutdown, json::object()));
     }
