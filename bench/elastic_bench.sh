@@ -102,7 +102,8 @@ source "$ROOT/scripts/common.sh"
 PS_BIN="$(tessera_bin tessera_ps)" || exit 1
 tessera_bin tessera_master >/dev/null || exit 1
 tessera_bin tessera_trainer >/dev/null || exit 1
-BIN_DIRS="$(dirname "$PS_BIN"):$(dirname "$(tessera_bin tessera_master)"):$(dirname "$(tessera_bin tessera_trainer)")"
+# Absolute, as /proc/<pid>/exe names them (TESSERA_BUILD_DIR may be relative).
+BIN_DIRS="$(realpath "$(dirname "$PS_BIN")"):$(realpath "$(dirname "$(tessera_bin tessera_master)")"):$(realpath "$(dirname "$(tessera_bin tessera_trainer)")")"
 
 OUT="$ROOT/run/elastic"
 mkdir -p "$OUT"
