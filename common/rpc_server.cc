@@ -43,6 +43,18 @@ void Responder::ReplyError(const Status& status) { Reply(MakeErrorReply(request_
 
 void Responder::ReplyOk() { Reply(MakeReply(request_)); }
 
+Status CheckSender(const Responder& r, Role role, const std::string& bound, const std::string& who) {
+  const std::string op = OpcodeName(r.request_header().op);
+  if (r.peer_role() != Role::kNone && r.peer_role() != role) {
+    return Status::PermissionDenied(op + " for " + who + " from a connection with the " + RoleName(r.peer_role()) +
+                                    " key (" + RoleName(role) + " key expected): refused");
+  }
+  if (bound.empty() || r.routing_id() != bound) {
+    return Status::PermissionDenied(op + " for " + who + " from a connection that is not " + who + "'s: refused");
+  }
+  return Status::OK();
+}
+
 StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& options, RpcHandler handler) {
   std::unique_ptr<RpcServer> s(new RpcServer());
   s->handler_ = std::move(handler);

@@ -83,6 +83,12 @@ class Responder {
   Role peer_role_ = Role::kNone;
 };
 
+// Whether `r` came from the connection `bound` (a routing id; "" is no one's)
+// holding `role`'s key (any key, on a plain socket): PERMISSION_DENIED, naming
+// the request and `who` it speaks for, otherwise. The one check behind "a
+// member speaks only from the connection it is bound to" on every server.
+Status CheckSender(const Responder& r, Role role, const std::string& bound, const std::string& who);
+
 using RpcHandler = std::function<void(Message&& request, Responder responder)>;
 
 class RpcServer {

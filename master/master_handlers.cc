@@ -19,19 +19,6 @@ namespace {
 // registered from the connection `bound`: with keys, its connection must
 // hold that role's key; always, it must be the connection the member
 // registered from.
-Status CheckSender(const Responder& sender, Role role, const std::string& bound, const std::string& who) {
-  const char* op = OpcodeName(sender.request_header().op);
-  if (sender.peer_role() != Role::kNone && sender.peer_role() != role) {
-    return Status::PermissionDenied(std::string(op) + " for " + who + " from a connection with the " +
-                                    RoleName(sender.peer_role()) + " key: refused");
-  }
-  if (sender.routing_id() != bound) {
-    return Status::PermissionDenied(std::string(op) + " for " + who +
-                                    " from a connection it did not register from: refused");
-  }
-  return Status::OK();
-}
-
 // The role a REGISTER's body claims, for the key check.
 Role RegisteringRole(const RegisterRequest& req) { return req.role == "ps" ? Role::kPs : Role::kTrainer; }
 

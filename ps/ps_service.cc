@@ -64,30 +64,15 @@ void PsService::set_master(std::string routing_id) {
 
 Status PsService::CheckMaster(const Responder& r) const {
   if (open_to_any_sender_) return Status::OK();
-  const char* op = OpcodeName(r.request_header().op);
-  if (r.peer_role() != Role::kNone && r.peer_role() != Role::kMaster) {
-    return Status::PermissionDenied(std::string(op) + " from a connection with the " + RoleName(r.peer_role()) +
-                                    " key: only the master gives a server orders");
-  }
   std::lock_guard<std::mutex> lock(mu_);
-  if (master_.empty() || r.routing_id() != master_) {
-    return Status::PermissionDenied(std::string(op) + " from a connection that is not the master's: refused");
-  }
-  return Status::OK();
+  return CheckSender(r, Role::kMaster, master_, "the master");
 }
 
 Status PsService::CheckTrainerLocked(uint32_t trainer, const Responder& r) const {
   if (open_to_any_sender_) return Status::OK();
-  const char* op = OpcodeName(r.request_header().op);
-  if (r.peer_role() != Role::kNone && r.peer_role() != Role::kTrainer) {
-    return Status::PermissionDenied(std::string(op) + " from a connection with the " + RoleName(r.peer_role()) +
-                                    " key: only trainers look rows up and push gradients");
-  }
-  if (trainer >= trainers_.size() || trainers_[trainer].empty() || r.routing_id() != trainers_[trainer]) {
-    return Status::PermissionDenied(std::string(op) + " for trainer " + std::to_string(trainer) +
-                                    " from a connection that is not that trainer's in this plan: refused");
-  }
-  return Status::OK();
+  // The trainers of the current plan only.
+  return CheckSender(r, Role::kTrainer, trainer < trainers_.size() ? trainers_[trainer] : std::string(),
+                     "trainer " + std::to_string(trainer));
 }
 
 namespace {
@@ -140,7 +125,7 @@ Status PsService::CheckSnapshotRequest(const std::string& dir, int64_t step) con
   // (they looked up step - 1), so a step beyond the next to apply plus one
   // is one no trainer can be at; it would only wait.
   const uint64_t next = gate_.applied_steps();
-  if (step < 0 || (job_->training.consistency == Consistency::kSync && static_cast<uint64_t>(step) > next + 1)) {
+  if (job_->training.consistency == Consistency::kSync && static_cast<uint64_t>(step) > next + 1) {
     return Status::InvalidArgument("SNAPSHOT at step " + std::to_string(step) +
                                    ": a step the trainers cannot be at (this server applies step " +
                                    std::to_string(next) + " next)");
@@ -425,9 +410,10 @@ void PsService::HandleLookup(Message&& m, Responder r) {
     return;
   }
   const uint64_t step = req.meta.step;
+  const uint32_t req_trainer = req.meta.trainer;
   DeferredLookup lookup{std::move(req), std::move(r)};
   Status refusal;
-  switch (gate_.OnLookup(step, &lookup, &refusal)) {
+  switch (gate_.OnLookup(req_trainer, step, &lookup, &refusal)) {
     case LookupAction::kServe:
       lock.unlock();
       ServeLookup(std::move(lookup.request), std::move(lookup.responder));

@@ -311,27 +311,35 @@ TEST_F(PsServiceTest, BackupLookupOpensTheContextAndPromoteKeepsTheState) {
 // the others' are not, and a push frees its context again.
 TEST_F(PsServiceTest, OpenContextsPerTrainerAreBounded) {
   Start("async", 2);
+  // Trainer 0 trains to step 1000 (in strides within how far ahead of its
+  // last push a trainer may look up).
+  for (uint64_t s = 0; s <= 1000; s += 50) {
+    ASSERT_TRUE(Call(Lookup(0, s, {{1}})).ok()) << s;
+    ASSERT_TRUE(Call(Push(0, s, 1, 4, {0, 0, 0, 0})).ok()) << s;
+  }
   // Steps going down: none is far behind the newest, so none is dropped.
-  uint64_t step = 1000;
+  uint64_t step = 1060;
   for (;; --step) {
     auto r = Call(Lookup(0, step, {{1}}));
     if (!r.ok()) {
       EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status();
       break;
     }
-    ASSERT_GT(step, 900u) << "no limit on open contexts";
+    ASSERT_GT(step, 960u) << "no limit on open contexts";
   }
-  EXPECT_EQ(step, 1000u - 64);
+  EXPECT_EQ(step, 1060u - 64);
   EXPECT_TRUE(Call(Lookup(1, 0, {{1}})).ok());       // another trainer is not affected
-  EXPECT_TRUE(Call(Lookup(0, 1000, {{1}})).ok());    // a retried lookup of an open step is
-  ASSERT_TRUE(Call(Push(0, 1000, 1, 4, {1, 1, 1, 1})).ok());
+  EXPECT_TRUE(Call(Lookup(0, 1060, {{1}})).ok());    // a retried lookup of an open step is
+  ASSERT_TRUE(Call(Push(0, 1060, 1, 4, {1, 1, 1, 1})).ok());
   EXPECT_TRUE(Call(Lookup(0, step, {{1}})).ok());    // the push closed one
   // Steps going up: those far behind are dropped, so a trainer that moves on
   // is never refused, and what it holds stays bounded.
-  for (uint64_t s = 2000; s < 2200; ++s) {
+  for (uint64_t s = 1061; s <= 1060 + 64; ++s) {
     auto r = Call(Lookup(0, s, {{1}}));
     ASSERT_TRUE(r.ok()) << s << ": " << r.status();
   }
+  // Further than that past its last push, no trainer can be: refused.
+  EXPECT_EQ(Call(Lookup(0, 1060 + 65, {{1}})).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(PsServiceTest, ValidationErrorsChangeNothingAndServerKeepsServing) {
@@ -503,8 +511,18 @@ void PsServiceTest::SendDamagedRequests(std::vector<float>* rows) {
   std::mt19937_64 rng(20261201);
   std::map<StatusCode, int> codes;
   const int kRequests = 3000;
+  int64_t last_push = -1;
   for (int i = 0; i < kRequests; ++i) {
     const uint64_t step = static_cast<uint64_t>(i);
+    if (static_cast<int64_t>(step) - last_push > 50) {
+      // Damaged pushes fail: a clean one (a zero gradient, which changes no
+      // row) keeps the steps within how far a trainer may be ahead of its
+      // last push.
+      ASSERT_TRUE(Call(Lookup(0, step - 1, {{0}})).ok());
+      ASSERT_TRUE(Call(Push(0, step - 1, 1, 4, {0, 0, 0, 0})).ok());
+      last_push = static_cast<int64_t>(step) - 1;
+    }
+    bool push = false;
     const uint32_t shard = static_cast<uint32_t>(rng() % 2);
     const int64_t rows = shard == 0 ? 100 : 50;
     std::vector<std::vector<int64_t>> bags(1 + rng() % 4);
@@ -514,6 +532,7 @@ void PsServiceTest::SendDamagedRequests(std::vector<float>* rows) {
     }
     Message m = Lookup(0, step, bags, shard);
     if (rng() % 2 == 1) {
+      push = true;
       // A push against a context a valid lookup opened.
       ASSERT_TRUE(Call(std::move(m)).ok());
       const uint32_t cols = shard == 0 ? 4 : 3;
@@ -527,6 +546,7 @@ void PsServiceTest::SendDamagedRequests(std::vector<float>* rows) {
     ++codes[code];
     ASSERT_NE(code, StatusCode::kDeadlineExceeded) << "request " << i << " was not answered";
     ASSERT_NE(code, StatusCode::kUnavailable) << "request " << i << ": " << reply.status();
+    if (push && reply.ok()) last_push = static_cast<int64_t>(step);
   }
   for (const auto& [code, n] : codes) std::cout << "[ info     ] " << n << " x " << StatusCodeName(code) << "\n";
   // The damage reached past the header checks: some requests were refused

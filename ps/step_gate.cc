@@ -42,12 +42,36 @@ void StepGateBase::ResetLocked(Consistency mode, int world, uint64_t start_step)
   applied_cv_.notify_all();
 }
 
-LookupAction StepGateBase::DecideLookupLocked(uint64_t step, Status* refusal) const {
+namespace {
+
+// Whether `step` is more than kMaxStepsAhead past `last` (a trainer's last push).
+bool TooFarAhead(uint64_t step, int64_t last) {
+  return static_cast<int64_t>(step) - last > static_cast<int64_t>(StepGateBase::kMaxStepsAhead) ||
+         step > (uint64_t{1} << 62);  // no difference overflows
+}
+
+Status TooFarAheadError(const char* what, uint32_t trainer, uint64_t step, int64_t last) {
+  return Status::InvalidArgument(std::string(what) + " of trainer " + std::to_string(trainer) + " for step " +
+                                 std::to_string(step) + " in async mode: more than " +
+                                 std::to_string(StepGateBase::kMaxStepsAhead) + " steps past its last push (" +
+                                 std::to_string(last) + ")");
+}
+
+}  // namespace
+
+LookupAction StepGateBase::DecideLookupLocked(uint32_t trainer, uint64_t step, Status* refusal) const {
   if (!failure_.ok()) {
     *refusal = failure_;
     return LookupAction::kRefuse;
   }
-  if (!sync_ || step <= applied_steps_) return LookupAction::kServe;
+  if (!sync_) {
+    if (trainer < last_pushed_step_.size() && TooFarAhead(step, last_pushed_step_[trainer])) {
+      *refusal = TooFarAheadError("lookup", trainer, step, last_pushed_step_[trainer]);
+      return LookupAction::kRefuse;
+    }
+    return LookupAction::kServe;
+  }
+  if (step <= applied_steps_) return LookupAction::kServe;
   // Step t+1 waits for step t's gradients of every trainer. A trainer pushed
   // step t only after its lookup of t, which was served once t-1 was applied,
   // so it looks up at most one step past the applied ones. Refusing what is
@@ -68,6 +92,9 @@ Status StepGateBase::CheckPushLocked(uint32_t trainer, uint64_t step) const {
   if (static_cast<int64_t>(step) <= last_pushed_step_[trainer]) {
     return Status::AlreadyApplied("gradients of trainer " + std::to_string(trainer) + " step " + std::to_string(step) +
                                   " were already applied");
+  }
+  if (!sync_ && TooFarAhead(step, last_pushed_step_[trainer])) {
+    return TooFarAheadError("push", trainer, step, last_pushed_step_[trainer]);
   }
   return Status::OK();
 }

@@ -8,7 +8,10 @@
 //          its caller applies them and calls Applied(t). A lookup of step
 //          t+1 is parked until then (Applied hands it back); one further
 //          ahead is refused.
-//   async  Lookups are served and pushes applied on arrival.
+//   async  Lookups are served and pushes applied on arrival, but not those
+//          of a step more than kMaxStepsAhead past the trainer's last push:
+//          no trainer is there, and a push accepted at such a step would make
+//          every later one of that trainer ALREADY_APPLIED.
 //
 // Exactly once: a push at or below the last step accepted for its trainer is
 // ALREADY_APPLIED. A parked push counts as accepted: it is applied with its
@@ -55,6 +58,11 @@ struct ReleasedLookups {
 // step each trainer pushed last, whether the gate failed.
 class StepGateBase {
  public:
+  // Async: how far past its last push a trainer's lookup or push may be.
+  // A trainer pushes each step before it looks up the one after the next
+  // (prefetch looks one ahead); 64 is also the most contexts it may hold.
+  static constexpr uint64_t kMaxStepsAhead = 64;
+
   // The reason the gate failed (Abort), or OK.
   Status failure() const;
   // Sync: the next step to apply (all before it are). Async: the start step.
@@ -76,7 +84,7 @@ class StepGateBase {
 
   // REQUIRES for all below: mu_ held.
   void ResetLocked(Consistency mode, int world, uint64_t start_step);
-  LookupAction DecideLookupLocked(uint64_t step, Status* refusal) const;
+  LookupAction DecideLookupLocked(uint32_t trainer, uint64_t step, Status* refusal) const;
   Status CheckPushLocked(uint32_t trainer, uint64_t step) const;
   // CheckPushLocked, and in sync mode `step` must be the one being gathered;
   // on OK the push is accepted: the trainer's last pushed step moves.
@@ -116,11 +124,12 @@ class StepGate : public StepGateBase {
             std::exchange(parked_, {})};
   }
 
-  // A lookup of `step`. kPark: the gate took *lookup (Applied, Reset or Abort
-  // hands it back). kServe, kRefuse (*refusal says why): *lookup is untouched.
-  LookupAction OnLookup(uint64_t step, Lookup* lookup, Status* refusal) {
+  // Trainer `trainer`'s lookup of `step`. kPark: the gate took *lookup
+  // (Applied, Reset or Abort hands it back). kServe, kRefuse (*refusal says
+  // why): *lookup is untouched.
+  LookupAction OnLookup(uint32_t trainer, uint64_t step, Lookup* lookup, Status* refusal) {
     std::lock_guard<std::mutex> lock(mu_);
-    const LookupAction action = DecideLookupLocked(step, refusal);
+    const LookupAction action = DecideLookupLocked(trainer, step, refusal);
     if (action == LookupAction::kPark) parked_.push_back(std::move(*lookup));
     return action;
   }

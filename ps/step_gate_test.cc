@@ -37,9 +37,9 @@ Gate::Released RunStep(Gate* gate, int world, uint64_t step) {
   return gate->Applied(step);
 }
 
-LookupAction Lookup(Gate* gate, uint64_t step, std::string who, Status* refusal = nullptr) {
+LookupAction Lookup(Gate* gate, uint64_t step, std::string who, Status* refusal = nullptr, uint32_t trainer = 0) {
   Status ignored;
-  return gate->OnLookup(step, &who, refusal ? refusal : &ignored);
+  return gate->OnLookup(trainer, step, &who, refusal ? refusal : &ignored);
 }
 
 TEST(StepGateTest, RetriedPushIsAlreadyApplied) {
@@ -91,7 +91,7 @@ TEST(StepGateTest, SyncLookupOfNextStepParksUntilTheStepIsApplied) {
   EXPECT_EQ(Lookup(&gate, 0, "t1 step 0"), LookupAction::kServe);
 
   std::string served = "untouched";
-  EXPECT_EQ(gate.OnLookup(0, &served, &refusal), LookupAction::kServe);
+  EXPECT_EQ(gate.OnLookup(0, 0, &served, &refusal), LookupAction::kServe);
   EXPECT_EQ(served, "untouched");
 
   auto ready = gate.OnPush(1, 0, "t1");
@@ -109,7 +109,7 @@ TEST(StepGateTest, SyncLookupOfNextStepParksUntilTheStepIsApplied) {
 TEST(StepGateTest, AsyncAppliesEachPushOnArrival) {
   Gate gate;
   gate.Reset(Consistency::kAsync, 2, 0);
-  for (uint64_t step : {0u, 5u, 100u}) EXPECT_EQ(Lookup(&gate, step, "any"), LookupAction::kServe);
+  for (uint64_t step : {0u, 5u, 60u}) EXPECT_EQ(Lookup(&gate, step, "any"), LookupAction::kServe);
   auto ready = gate.OnPush(1, 3, "t1 step 3");
   ASSERT_TRUE(ready.ok());
   EXPECT_EQ(*ready, std::vector<std::string>{"t1 step 3"});
@@ -117,6 +117,31 @@ TEST(StepGateTest, AsyncAppliesEachPushOnArrival) {
   EXPECT_TRUE(gate.OnPush(0, 7, "t0 step 7").ok());
   EXPECT_EQ(gate.OnPush(1, 3, "retry").status().code(), StatusCode::kAlreadyApplied);
   EXPECT_TRUE(gate.WaitApplied(50, milliseconds(0)).ok());
+}
+
+// A trainer's own step far ahead (a forged or broken client on its
+// connection) is refused: accepted, it would make the trainer's real pushes
+// ALREADY_APPLIED for good. Within the bound, a step is taken as it comes.
+TEST(StepGateTest, AsyncRefusesAStepFarPastTheTrainersLastPush) {
+  Gate gate;
+  gate.Reset(Consistency::kAsync, 2, 10);  // resumed at step 10: last push 9
+  const uint64_t far = 10 + StepGateBase::kMaxStepsAhead;
+  Status refusal;
+  EXPECT_EQ(Lookup(&gate, far - 1, "edge", &refusal), LookupAction::kServe);
+  EXPECT_EQ(Lookup(&gate, far, "far", &refusal), LookupAction::kRefuse);
+  EXPECT_EQ(refusal.code(), StatusCode::kInvalidArgument) << refusal;
+  EXPECT_EQ(Lookup(&gate, uint64_t{1} << 40, "forged", &refusal), LookupAction::kRefuse);
+  EXPECT_EQ(Lookup(&gate, uint64_t{1} << 63, "overflow", &refusal), LookupAction::kRefuse);
+  EXPECT_EQ(gate.OnPush(0, uint64_t{1} << 40, "forged").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(gate.OnPush(0, far, "far").status().code(), StatusCode::kInvalidArgument);
+  // Nothing moved: the trainer's next push is accepted, and moves the bound.
+  EXPECT_TRUE(gate.OnPush(0, 10, "t0 step 10").ok());
+  EXPECT_EQ(Lookup(&gate, far, "now within", &refusal), LookupAction::kServe);
+  // The other trainer's bound is its own.
+  EXPECT_EQ(Lookup(&gate, far, "t1", &refusal, 1), LookupAction::kRefuse);
+  // Sync mode has its own, tighter rule (one step ahead of the applied ones).
+  gate.Reset(Consistency::kSync, 2, 0);
+  EXPECT_EQ(Lookup(&gate, 2, "sync", &refusal), LookupAction::kRefuse);
 }
 
 TEST(StepGateTest, ResumedJobStartsAtItsStep) {
@@ -209,7 +234,7 @@ TEST(StepGateTest, ConcurrentTrainersApplyEveryStepOnceInRankOrder) {
       std::promise<Status> lookup;
       std::future<Status> served = lookup.get_future();
       Status refusal;
-      switch (gate.OnLookup(step, &lookup, &refusal)) {
+      switch (gate.OnLookup(static_cast<uint32_t>(rank), step, &lookup, &refusal)) {
         case LookupAction::kServe:
           break;
         case LookupAction::kPark:
