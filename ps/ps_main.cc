@@ -12,6 +12,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "common/net_address.h"
 #include "kernels/device_choice.h"
 #include "ps/parameter_server.h"
 #include "ps/store_factory.h"
@@ -20,7 +21,9 @@ DEFINE_string(keys, "", "The job's key folder (scripts/make_job_keys.sh): CURVE 
 DEFINE_bool(insecure, false, "Run without keys: plain TCP, anyone who reaches a port may give orders");
 DEFINE_string(master, "", "The master's address, tcp://HOST:PORT");
 DEFINE_string(bind, "tcp://127.0.0.1:0", "Where to listen (port 0: any free port)");
-DEFINE_string(advertise_host, "", "Host name trainers reach this server by (default: the bind host)");
+DEFINE_string(advertise_host, "",
+              "Host name or address trainers reach this server by (default: the bind host, or with a wildcard bind "
+              "the address of the interface the route to the master goes through)");
 DEFINE_int32(threads, 2, "Threads serving lookups and pushes");
 DEFINE_string(host_group, "", "Host group for table_row_wise placement (default: this machine's host name)");
 DEFINE_int64(memory_bytes, -1,
@@ -83,7 +86,13 @@ int main(int argc, char** argv) {
   options.keys = *keys;
   options.master = FLAGS_master;
   options.bind_address = FLAGS_bind;
-  options.advertise_host = FLAGS_advertise_host;
+  // Given, the bind host, or (a wildcard bind) the interface toward the master.
+  auto advertise = tessera::AdvertisedHost(FLAGS_advertise_host, FLAGS_bind, FLAGS_master);
+  if (!advertise.ok()) {
+    LOG(ERROR) << "parameter server failed to start: " << advertise.status();
+    return 1;
+  }
+  options.advertise_host = *advertise;
   options.threads = FLAGS_threads;
   options.register_timeout_ms = FLAGS_register_timeout_ms;
   options.host_group = FLAGS_host_group;

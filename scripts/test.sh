@@ -31,7 +31,8 @@ cmake -S "$ROOT" -B "$ROOT/build" -DTESSERA_WERROR=ON "${FLAGS[@]}" >/dev/null
 # Tests labelled `script` are shell scripts, not build targets.
 TEST_TARGETS=$(cd "$ROOT/build" && ctest -N -LE script | awk '/Test +#/ {print $3}')
 # shellcheck disable=SC2086
-cmake --build "$ROOT/build" -j"$JOBS" --target $TEST_TARGETS tessera_master tessera_ps tessera_trainer
+cmake --build "$ROOT/build" -j"$JOBS" --target $TEST_TARGETS tessera_master tessera_ps tessera_trainer \
+  tessera_compare_dumps
 echo "== tests (release)"
 (cd "$ROOT/build" && ctest --output-on-failure -j"$JOBS")
 

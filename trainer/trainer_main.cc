@@ -7,6 +7,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "common/net_address.h"
 #include "kernels/device_choice.h"
 #include "trainer/trainer.h"
 
@@ -16,7 +17,9 @@ DEFINE_string(master, "", "The master's address, tcp://HOST:PORT");
 DEFINE_int32(rank, 0, "This trainer's rank in [0, world)");
 DEFINE_int32(world, 1, "Number of trainers in the job");
 DEFINE_string(metrics_file, "", "Write one JSON line of metrics per step here");
-DEFINE_string(host, "127.0.0.1", "Address of this trainer for the collective (its peers connect here)");
+DEFINE_string(host, "",
+              "Address of this trainer for the collective (its peers connect here; default: the address of the "
+              "interface the route to the master goes through)");
 DEFINE_int32(blas_threads, 1, "BLAS threads for the dense layers");
 DEFINE_string(device, "cpu", "cpu, auto (a GPU if usable, else the CPU) or cuda:N");
 DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
@@ -48,7 +51,13 @@ int main(int argc, char** argv) {
   options.rank = FLAGS_rank;
   options.world = FLAGS_world;
   options.metrics_file = FLAGS_metrics_file;
-  options.host = FLAGS_host;
+  auto host = FLAGS_master.empty() ? tessera::StatusOr<std::string>(FLAGS_host)
+                                   : tessera::AdvertisedHost(FLAGS_host, "", FLAGS_master);
+  if (!host.ok()) {
+    LOG(ERROR) << "trainer failed to start: " << host.status();
+    return 1;
+  }
+  options.host = *host;
   options.blas_threads = FLAGS_blas_threads;
   options.device = *device;
   options.register_timeout_ms = FLAGS_register_timeout_ms;

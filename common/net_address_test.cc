@@ -1,0 +1,46 @@
+#include "common/net_address.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace tessera {
+namespace {
+
+TEST(NetAddressTest, TheRouteToLoopbackGoesFromLoopback) {
+  auto from = LocalAddressToward("tcp://127.0.0.1:5555");
+  ASSERT_TRUE(from.ok()) << from.status();
+  EXPECT_EQ(*from, "127.0.0.1");
+  auto by_name = LocalAddressToward("tcp://localhost:5555");
+  ASSERT_TRUE(by_name.ok()) << by_name.status();
+  EXPECT_EQ(*by_name, "127.0.0.1");
+  const auto mine = LocalAddresses();
+  EXPECT_NE(std::find(mine.begin(), mine.end(), "127.0.0.1"), mine.end());
+}
+
+TEST(NetAddressTest, AdvertisedHostIsGivenTheBindHostOrTheRouteToTheMaster) {
+  const std::string master = "tcp://127.0.0.1:5555";
+  EXPECT_EQ(AdvertisedHost("", "tcp://127.0.0.1:0", master).value(), "127.0.0.1");
+  // A wildcard bind is no one's address: the route to the master's is.
+  EXPECT_EQ(AdvertisedHost("", "tcp://0.0.0.0:0", master).value(), "127.0.0.1");
+  EXPECT_EQ(AdvertisedHost("", "tcp://*:0", master).value(), "127.0.0.1");
+  EXPECT_EQ(AdvertisedHost("", "", master).value(), "127.0.0.1");
+  EXPECT_EQ(AdvertisedHost("localhost", "tcp://0.0.0.0:0", master).value(), "localhost");
+}
+
+TEST(NetAddressTest, AnAddressThatIsNotThisMachinesIsAnErrorNamingBoth) {
+  // 192.0.2.0/24 is TEST-NET-1: no machine has it.
+  auto wrong = AdvertisedHost("192.0.2.77", "tcp://0.0.0.0:0", "tcp://127.0.0.1:5555");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("192.0.2.77"), std::string::npos) << wrong.status();
+  EXPECT_NE(wrong.status().message().find("goes through 127.0.0.1"), std::string::npos) << wrong.status();
+  auto unresolvable = AdvertisedHost("no-such-host.invalid", "", "tcp://127.0.0.1:5555");
+  EXPECT_EQ(unresolvable.status().code(), StatusCode::kInvalidArgument) << unresolvable.status();
+  EXPECT_FALSE(LocalAddressToward("127.0.0.1:5555").ok());  // not tcp://HOST:PORT
+  EXPECT_FALSE(LocalAddressToward("tcp://no-such-host.invalid:1").ok());
+  EXPECT_FALSE(AdvertisedHost("", "tcp://0.0.0.0", "tcp://127.0.0.1:5555").ok());
+}
+
+}  // namespace
+}  // namespace tessera
