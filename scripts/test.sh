@@ -3,6 +3,9 @@
 # CTest; then runs the unit tests again in an AddressSanitizer +
 # UndefinedBehaviorSanitizer build (memory errors in a server are data loss);
 # then runs each fuzz target (tests/fuzz, clang + libFuzzer) for 10 s.
+# As root it also runs the cluster tests (tests/cluster: test hosts in
+# network namespaces, a SLURM cluster on them), installing Debian's
+# slurm-wlm and munge for them; otherwise CTest shows them skipped.
 #   scripts/test.sh            everything
 #   scripts/test.sh --no-asan  skip the sanitizer pass
 #   scripts/test.sh --no-fuzz  skip the fuzz pass
@@ -20,6 +23,19 @@ for arg in "$@"; do
 done
 
 "$ROOT/scripts/install_deps.sh"
+if [ "$(id -u)" = 0 ]; then
+  # Only for tests/cluster/slurm_test.sh: a SLURM cluster on test hosts.
+  missing=()
+  for p in slurm-wlm munge; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "== installing ${missing[*]} (for the SLURM test)"
+    install_slurm() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
+    install_slurm || { apt-get update -qq && install_slurm; } ||
+      echo "could not install ${missing[*]}: the SLURM test will be skipped" >&2
+  fi
+fi
 
 echo "== build (release)"
 # Line tables (-g1) instead of full debug info: a quarter less compile time on

@@ -51,44 +51,21 @@ done
 # under 15 characters.
 ID="$(printf '%04x' $(($$ % 65536)))"
 PFX="tsc$ID"
-HOSTS=(m p0 p1 t0 t1)
-declare -A ADDR=([m]=10.77.0.1 [p0]=10.77.0.2 [p1]=10.77.0.3 [t0]=10.77.0.4 [t1]=10.77.0.5)
+# shellcheck source=test_hosts.sh
+source "$ROOT/tests/cluster/test_hosts.sh"
+HOSTS=(m p0 p1 t0 t1)  # 10.77.0.1 to .5
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/netns_test.XXXXXX")"
 PIDS=()
-NAMESPACES=()
 FAILURES=0
 
 cleanup() {
   for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  for ns in "${NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null; done
+  remove_hosts
   if [ "${KEEP_TMP:-0}" = 1 ]; then echo "logs kept in $TMP"; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-ns_add() {
-  ip netns add "$1" || return 1
-  NAMESPACES+=("$1")
-  ip -n "$1" link set lo up
-}
-
-# The switch: a namespace holding the bridge; each host a namespace with one
-# veth (e0) whose other end is a port of the bridge.
-make_hosts() {
-  ns_add "$PFX-sw" || skip "cannot create network namespaces here"
-  ip -n "$PFX-sw" link add br0 type bridge && ip -n "$PFX-sw" link set br0 up || return 1
-  for h in "${HOSTS[@]}"; do
-    ns_add "$PFX-$h" || return 1
-    ip -n "$PFX-$h" link add e0 type veth peer name "port-$h" netns "$PFX-sw" || return 1
-    ip -n "$PFX-sw" link set "port-$h" master br0 || return 1
-    ip -n "$PFX-sw" link set "port-$h" up || return 1
-    ip -n "$PFX-$h" addr add "${ADDR[$h]}/24" dev e0 || return 1
-    ip -n "$PFX-$h" link set e0 up || return 1
-  done
-  # The loopback reference's host.
-  ns_add "$PFX-lo"
-}
 
 # run NAME NAMESPACE CMD...: starts CMD in NAMESPACE, output in $RUN/NAME.log.
 run() {
@@ -99,48 +76,18 @@ run() {
   eval "PID_$name=$!"
 }
 
-# wait_for FILE PATTERN SECONDS
-wait_for() {
-  local deadline=$((SECONDS + $3))
-  while [ $SECONDS -lt $deadline ]; do
-    grep -q "$2" "$1" 2>/dev/null && return 0
-    sleep 0.2
-  done
-  return 1
-}
-
-# wait_pid PID SECONDS: its exit code, or 124 when it outlived SECONDS.
-wait_pid() {
-  local deadline=$((SECONDS + $2))
-  while kill -0 "$1" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
-  if kill -0 "$1" 2>/dev/null; then kill -KILL "$1" 2>/dev/null; wait "$1" 2>/dev/null; return 124; fi
-  wait "$1"
-}
-
-# The job: the REFERENCE Criteo job (data paths made absolute), checkpoints
-# every 40 steps, a peer timeout the cuts are measured against.
+# The job: the REFERENCE Criteo job, checkpoints every 40 steps, a peer
+# timeout the cuts are measured against.
 CONFIG="$TMP/job.json"
-python3 - "$ROOT/configs/criteo_dlrm.json" "$CONFIG" "$TMP/ckpt" <<'PY' || exit 1
-import json, os, sys
-src, dst, ckpt = sys.argv[1:]
-c = json.load(open(src))
-base = os.path.dirname(os.path.abspath(src))
-d = c["data"]
-for k in ("path", "eval_path"):
-    if k in d:
-        d[k] = os.path.normpath(os.path.join(base, d[k]))
-if not os.path.exists(d["path"]):
-    print("NOTE: %s is absent: the test hosts train the same model on SYNTHETIC data" % d["path"])
-    d["source"] = "synthetic"
-    for k in ("path", "eval_path"):
-        d.pop(k, None)
-c["training"]["epochs"] = 3
-c["checkpoint"] = {"dir": ckpt, "every_steps": 40, "keep": 2}
-c["runtime"] = {"heartbeat_ms": 500, "peer_timeout_ms": 4000, "master_reconnect_ms": 20000}
-json.dump(c, open(dst, "w"), indent=1)
-PY
+criteo_config "$CONFIG" "$TMP/ckpt" || exit 1
 "$ROOT/scripts/make_job_keys.sh" "$TMP/keys" >/dev/null || { echo "FAIL: make_job_keys.sh"; exit 1; }
-make_hosts || { echo "FAIL: could not build the test hosts"; exit 1; }
+make_hosts
+case $? in
+  0) ;;
+  2) skip "cannot create network namespaces here" ;;
+  *) echo "FAIL: could not build the test hosts"; exit 1 ;;
+esac
+ns_add "$PFX-lo" || exit 1  # the loopback reference's host
 
 # job NAME MODE [DURING]: runs the job; MODE loopback (every role on one
 # host's 127.0.0.1) or hosts (one role per host). DURING, when given, is run

@@ -1,0 +1,79 @@
+# Test hosts on one machine, for tests/cluster/*.sh (sourced): network
+# namespaces <PFX>-<host>, each with one veth (e0) whose other end is a port
+# of a bridge in a namespace of its own (<PFX>-sw), addresses 10.77.0.0/24.
+# Nothing is created in the caller's namespace. The caller sets PFX and
+# HOSTS (names) before make_hosts, and calls remove_hosts when done (also on
+# failure: from its EXIT trap).
+
+declare -A ADDR=()
+NAMESPACES=()
+
+ns_add() {
+  ip netns add "$1" || return 1
+  NAMESPACES+=("$1")
+  ip -n "$1" link set lo up
+}
+
+# make_hosts: the switch and one namespace per name in HOSTS (10.77.0.1 on).
+make_hosts() {
+  ns_add "$PFX-sw" || return 2
+  ip -n "$PFX-sw" link add br0 type bridge && ip -n "$PFX-sw" link set br0 up || return 1
+  local n=1
+  for h in "${HOSTS[@]}"; do
+    ADDR[$h]="10.77.0.$n"
+    n=$((n + 1))
+    ns_add "$PFX-$h" || return 1
+    ip -n "$PFX-$h" link add e0 type veth peer name "port-$h" netns "$PFX-sw" || return 1
+    ip -n "$PFX-sw" link set "port-$h" master br0 || return 1
+    ip -n "$PFX-sw" link set "port-$h" up || return 1
+    ip -n "$PFX-$h" addr add "${ADDR[$h]}/24" dev e0 || return 1
+    ip -n "$PFX-$h" link set e0 up || return 1
+  done
+}
+
+remove_hosts() {
+  for ns in "${NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null; done
+  NAMESPACES=()
+}
+
+# wait_for FILE PATTERN SECONDS: whether PATTERN appeared in FILE in time.
+wait_for() {
+  local deadline=$((SECONDS + $3))
+  while [ $SECONDS -lt $deadline ]; do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# wait_pid PID SECONDS: its exit code, or 124 (killed) when it outlived SECONDS.
+wait_pid() {
+  local deadline=$((SECONDS + $2))
+  while kill -0 "$1" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+  if kill -0 "$1" 2>/dev/null; then kill -KILL "$1" 2>/dev/null; wait "$1" 2>/dev/null; return 124; fi
+  wait "$1"
+}
+
+# criteo_config OUT CKPT_DIR: configs/criteo_dlrm.json for a test (data
+# paths absolute; synthetic data, said loudly, where the Criteo sample is
+# absent), with checkpoints every 40 steps and a 4 s peer timeout.
+criteo_config() {
+  python3 - "$ROOT/configs/criteo_dlrm.json" "$1" "$2" <<'PY'
+import json, os, sys
+src, dst, ckpt = sys.argv[1:]
+c = json.load(open(src))
+base = os.path.dirname(os.path.abspath(src))
+d = c["data"]
+for k in ("path", "eval_path"):
+    if k in d:
+        d[k] = os.path.normpath(os.path.join(base, d[k]))
+if not os.path.exists(d["path"]):
+    print("NOTE: %s is absent: the test hosts train the same model on SYNTHETIC data" % d["path"])
+    d["source"] = "synthetic"
+    for k in ("path", "eval_path"):
+        d.pop(k, None)
+c["checkpoint"] = {"dir": ckpt, "every_steps": 40, "keep": 2}
+c["runtime"] = {"heartbeat_ms": 500, "peer_timeout_ms": 4000, "master_reconnect_ms": 20000}
+json.dump(c, open(dst, "w"), indent=1)
+PY
+}
