@@ -31,6 +31,8 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 export TESSERA_BUILD_DIR="${TESSERA_BUILD_DIR:-$ROOT/build}"
+# shellcheck source=test_hosts.sh
+source "$ROOT/tests/cluster/test_hosts.sh"
 CASES="equal rate cut_short cut_long"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -39,20 +41,14 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-skip() { echo "SKIPPED: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "the test hosts need root (ip netns, tc); run as root to test across hosts"
 command -v ip >/dev/null && command -v tc >/dev/null || skip "ip and tc (iproute2) are not installed"
-COMPARE="$TESSERA_BUILD_DIR/tests/tessera_compare_dumps"
-for bin in master/tessera_master ps/tessera_ps trainer/tessera_trainer tests/tessera_compare_dumps; do
-  [ -x "$TESSERA_BUILD_DIR/$bin" ] || { echo "FAIL: $TESSERA_BUILD_DIR/$bin not found; build first"; exit 1; }
-done
+require_binaries
 
 # Names unique to this run: namespaces tsc<id>-<host>; interface names stay
 # under 15 characters.
 ID="$(printf '%04x' $(($$ % 65536)))"
 PFX="tsc$ID"
-# shellcheck source=test_hosts.sh
-source "$ROOT/tests/cluster/test_hosts.sh"
 HOSTS=(m p0 p1 t0 t1)  # 10.77.0.1 to .5
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/netns_test.XXXXXX")"
 PIDS=()
@@ -81,13 +77,7 @@ run() {
 CONFIG="$TMP/job.json"
 criteo_config "$CONFIG" "$TMP/ckpt" || exit 1
 "$ROOT/scripts/make_job_keys.sh" "$TMP/keys" >/dev/null || { echo "FAIL: make_job_keys.sh"; exit 1; }
-make_hosts
-case $? in
-  0) ;;
-  2) skip "cannot create network namespaces here" ;;
-  *) echo "FAIL: could not build the test hosts"; exit 1 ;;
-esac
-ns_add "$PFX-lo" || exit 1  # the loopback reference's host
+make_hosts_and_reference
 
 # job NAME MODE [DURING]: runs the job; MODE loopback (every role on one
 # host's 127.0.0.1) or hosts (one role per host). DURING, when given, is run

@@ -23,20 +23,16 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 export TESSERA_BUILD_DIR="${TESSERA_BUILD_DIR:-$ROOT/build}"
-skip() { echo "SKIPPED: $*"; exit 77; }
+# shellcheck source=test_hosts.sh
+source "$ROOT/tests/cluster/test_hosts.sh"
 [ "$(id -u)" = 0 ] || skip "a SLURM cluster on test hosts needs root"
 for tool in slurmctld slurmd sbatch srun scontrol sinfo munged ip; do
   command -v "$tool" >/dev/null || skip "$tool is not installed (apt-get install slurm-wlm munge iproute2)"
 done
-COMPARE="$TESSERA_BUILD_DIR/tests/tessera_compare_dumps"
-for bin in master/tessera_master ps/tessera_ps trainer/tessera_trainer tests/tessera_compare_dumps; do
-  [ -x "$TESSERA_BUILD_DIR/$bin" ] || { echo "FAIL: $TESSERA_BUILD_DIR/$bin not found; build first"; exit 1; }
-done
+require_binaries
 
 ID="$(printf '%04x' $(($$ % 65536)))"
 PFX="tss$ID"
-# shellcheck source=test_hosts.sh
-source "$ROOT/tests/cluster/test_hosts.sh"
 HOSTS=(m p0 p1 p2 t0 t1)  # nodes n-m ... ; 10.77.0.1 to .6
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/slurm_test.XXXXXX")"
 chmod 0755 "$TMP"
@@ -60,13 +56,7 @@ trap 'exit 130' INT TERM
 
 fail() { echo "FAIL: $*"; FAILURES=$((FAILURES + 1)); }
 
-make_hosts
-case $? in
-  0) ;;
-  2) skip "cannot create network namespaces here" ;;
-  *) echo "FAIL: could not build the test hosts"; exit 1 ;;
-esac
-ns_add "$PFX-lo" || exit 1  # the loopback reference's host
+make_hosts_and_reference
 
 # munge: its own key, socket and files (it refuses to run as root without --force).
 mkdir -p "$TMP/munge" && chmod 0700 "$TMP/munge"

@@ -8,6 +8,30 @@
 declare -A ADDR=()
 NAMESPACES=()
 
+skip() { echo "SKIPPED: $*"; exit 77; }
+
+# require_binaries: the roles and tessera_compare_dumps in TESSERA_BUILD_DIR
+# (sets COMPARE), or the test fails.
+require_binaries() {
+  COMPARE="$TESSERA_BUILD_DIR/tests/tessera_compare_dumps"
+  for bin in master/tessera_master ps/tessera_ps trainer/tessera_trainer tests/tessera_compare_dumps; do
+    [ -x "$TESSERA_BUILD_DIR/$bin" ] || { echo "FAIL: $TESSERA_BUILD_DIR/$bin not found; build first"; exit 1; }
+  done
+}
+
+# make_hosts_and_reference: the hosts of HOSTS, and <PFX>-lo, a host whose
+# loopback runs the reference job; skips the test where namespaces cannot
+# be made.
+make_hosts_and_reference() {
+  make_hosts
+  case $? in
+    0) ;;
+    2) skip "cannot create network namespaces here" ;;
+    *) echo "FAIL: could not build the test hosts"; exit 1 ;;
+  esac
+  ns_add "$PFX-lo" || exit 1
+}
+
 ns_add() {
   ip netns add "$1" || return 1
   NAMESPACES+=("$1")
