@@ -13,7 +13,7 @@ PKGS=(
   libopenblas-dev             # dense layers
   nlohmann-json3-dev          # job config and control-plane JSON
   clang libclang-rt-dev       # fuzz targets: libFuzzer (only recommended by clang, so named)
-  iproute2                    # tests/cluster: test hosts in network namespaces (ip, tc)
+  iproute2 ethtool            # tests/cluster: test hosts in network namespaces (ip, tc; offloads off for the lossy hop)
 )
 
 missing=()

@@ -4,7 +4,7 @@
 # with the same scripts/run_*.sh a user runs, each finding the address it
 # advertises from its route to the master (no --advertise_host, no --host).
 #
-#   tests/cluster/netns_test.sh [--cases "equal rate cut_short cut_long"]
+#   tests/cluster/netns_test.sh [--cases "equal rate cut_short cut_long lossy"]
 #
 # The job is configs/criteo_dlrm.json (the REFERENCE Criteo job, sync, on
 # ../shared/data/criteo_kaggle_8k; where that data is absent it says so and
@@ -19,8 +19,12 @@
 #              runtime.peer_timeout_ms, 4 s): TCP carries on, the same;
 #   cut_long   server 1's link down for 8 s: the master finds it lost,
 #              recovers on server 0 from the newest checkpoint, and the job
-#              ends with the same parameters; server 1 is fenced.
-# Delay and loss are not injected here (this kernel has no netem).
+#              ends with the same parameters; server 1 is fenced;
+#   lossy      the servers on a segment of their own, joined to the others'
+#              only by tests/cluster/hop.py, a forwarding hop that holds every
+#              frame 2 ms and drops 1% of them (seeded): this kernel has no
+#              netem, so the hop injects the delay and the loss. TCP
+#              retransmits; the job ends the same.
 #
 # Needs root (ip netns, tc); exits 77 (skipped) otherwise. Uses only
 # addresses inside its own namespaces (10.77.0.0/24) and loopback; creates
@@ -33,7 +37,7 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 export TESSERA_BUILD_DIR="${TESSERA_BUILD_DIR:-$ROOT/build}"
 # shellcheck source=test_hosts.sh
 source "$ROOT/tests/cluster/test_hosts.sh"
-CASES="equal rate cut_short cut_long"
+CASES="equal rate cut_short cut_long lossy"
 while [ $# -gt 0 ]; do
   case "$1" in
     --cases) CASES="$2"; shift 2 ;;
@@ -43,6 +47,7 @@ done
 
 [ "$(id -u)" = 0 ] || skip "the test hosts need root (ip netns, tc); run as root to test across hosts"
 command -v ip >/dev/null && command -v tc >/dev/null || skip "ip and tc (iproute2) are not installed"
+command -v ethtool >/dev/null || skip "ethtool is not installed (the lossy link needs offloads off)"
 require_binaries
 
 # Names unique to this run: namespaces tsc<id>-<host>; interface names stay
@@ -191,6 +196,34 @@ for c in $CASES; do
       wait_pid "$PID_ps1" 30
       [ $? = 124 ] && { echo "FAIL: cut_long: server 1 still runs after the job"; FAILURES=$((FAILURES + 1)); }
       same cut_long ;;
+    lossy)
+      # The servers' segment (br1) and the others' (br0) meet only at the hop.
+      ip -n "$PFX-sw" link add br1 type bridge && ip -n "$PFX-sw" link set br1 up
+      ns_add "$PFX-hop"
+      for side in a b; do
+        ip -n "$PFX-hop" link add "side$side" type veth peer name "hop-$side" netns "$PFX-sw" 
+        ip -n "$PFX-hop" link set "side$side" up
+      done
+      ip -n "$PFX-sw" link set hop-a master br0 up
+      ip -n "$PFX-sw" link set hop-b master br1 up
+      for i in 0 1; do ip -n "$PFX-sw" link set "port-p$i" master br1; done
+      # Frames no larger than the MTU, with their checksums filled in (no
+      # offloads), so that the hop can send them on as they are.
+      for h in "${HOSTS[@]}"; do ip netns exec "$PFX-$h" ethtool -K e0 tx off tso off gso off gro off >/dev/null 2>&1; done
+      for side in a b; do ip netns exec "$PFX-hop" ethtool -K "side$side" tx off gro off >/dev/null 2>&1; done
+      ip netns exec "$PFX-hop" python3 "$ROOT/tests/cluster/hop.py" --a sidea --b sideb --delay_ms 2 --loss 0.01 \
+        --seed 14 --stats "$TMP/hop.json" >"$TMP/hop.log" 2>&1 &
+      hop_pid=$!
+      PIDS+=($hop_pid)
+      job lossy hosts
+      kill -TERM "$hop_pid" 2>/dev/null
+      wait "$hop_pid" 2>/dev/null
+      if python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); sys.exit(0 if c["dropped"] > 0 and c["forwarded"] > 0 and c["too_big"] == 0 else 1)' "$TMP/hop.json" 2>/dev/null; then
+        echo "PASS: lossy: the hop forwarded and dropped $(cat "$TMP/hop.json")"
+      else
+        echo "FAIL: lossy: the hop did not work: $(cat "$TMP/hop.json" "$TMP/hop.log" 2>&1)"; FAILURES=$((FAILURES + 1))
+      fi
+      same lossy ;;
     *) echo "FAIL: unknown case $c"; FAILURES=$((FAILURES + 1)) ;;
   esac
   for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
