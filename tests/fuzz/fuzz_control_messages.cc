@@ -1,5 +1,6 @@
-// Every control-plane body (common/control_messages.h) and the sharding plan
-// that CREATE_SHARDS, PROMOTE and the WAIT_START reply carry, as a JSON frame
+// Every control-plane body (common/control_messages.h: the master's and the
+// migration's, MIGRATE and FETCH_ROWS) and the sharding plan that
+// CREATE_SHARDS, PROMOTE and the WAIT_START reply carry, as a JSON frame
 // decoded the way a receiver decodes it:
 //   Input := kind:fixed8 json_text   (kind picks the message)
 // Besides not crashing: what parses writes back (ToJson) as a body that
@@ -48,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   m.AddBytes(data + 1, size - 1);
   auto j = DecodeJson(m);
   if (!j.ok()) return 0;
-  switch (data[0] % 11) {
+  switch (data[0] % 13) {
     case 0: ParseAndWriteBack(*j, &RegisterRequest::Parse); break;
     case 1: ParseAndWriteBack(*j, &RegisterReply::Parse); break;
     case 2: ParseAndWriteBack(*j, &HeartbeatRequest::Parse); break;
@@ -60,6 +61,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 8: (void)ReportDone::Parse(*j); break;  // kept whole for the summary: nothing to write back
     case 9: ParseAndWriteBack(*j, &Command::Parse); break;
     case 10: ParseAndWriteBack(*j, &ParsePlan); break;
+    case 11: ParseAndWriteBack(*j, &MigrateRequest::Parse); break;
+    case 12: ParseAndWriteBack(*j, &FetchRowsRequest::Parse); break;
   }
   return 0;
 }

@@ -160,6 +160,24 @@ void WriteControl(SeedWriter* w) {
   w->Write("fuzz_control_messages", "command_checkpoint", body(9, Command{"checkpoint", -1, ""}.ToJson()));
   w->Write("fuzz_control_messages", "plan", body(10, SamplePlan().ToJson()));
   w->Write("fuzz_control_messages", "not_an_object", body(2, json::array({1, 2})));
+  MigrateRequest migrate;
+  migrate.job = job->ToJson();
+  migrate.plan = SamplePlan().ToJson();
+  migrate.rank = 1;
+  migrate.step = 300;
+  migrate.from_version = 1;
+  migrate.from_plan = SamplePlan().ToJson();
+  migrate.sources = {"tcp://10.0.0.2:4000", "tcp://10.0.0.3:4000"};
+  migrate.fetchers = {std::string("\x11routing-id-of-a"), std::string("\x22routing-id-of-b")};
+  w->Write("fuzz_control_messages", "migrate", body(11, migrate.ToJson()));
+  FetchRowsRequest fetch;
+  fetch.version = 1;
+  fetch.shard = 2;
+  fetch.row_begin = 100;
+  fetch.row_end = 200;
+  fetch.after = 150;
+  fetch.max_rows = 4096;
+  w->Write("fuzz_control_messages", "fetch_rows", body(12, fetch.ToJson()));
 }
 
 void WriteManifests(SeedWriter* w, const fs::path& scratch) {
