@@ -122,6 +122,8 @@ for h in "${HOSTS[@]}"; do
     >"$TMP/slurmd-n-$h.out" 2>&1 &
   PIDS+=($!)
 done
+# Jobs are submitted from elsewhere than the checkout (CTest runs in the
+# build folder): --chdir tells the scripts where it is.
 in_m() { ip netns exec "$PFX-m" env SLURM_CONF="$SLURM_CONF" "$@"; }
 deadline=$((SECONDS + 60))
 until [ "$(in_m sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)" -ge ${#HOSTS[@]} ]; do
@@ -175,7 +177,13 @@ in_m sbatch --wait --parsable --chdir "$ROOT" --nodes=5 --ntasks=5 --ntasks-per-
   --master_flags "--dump_dir $RUN/dump" >"$TMP/sbatch.out" 2>&1 &
 PIDS+=($!)
 job_pid=$!
-if wait_for "$RUN/trainer0.jsonl" '"step":100,' 180; then
+# Until step 100, or the job's end (a failed job ends early).
+deadline=$((SECONDS + 180))
+until grep -q '"step":100,' "$RUN/trainer0.jsonl" 2>/dev/null || ! kill -0 "$job_pid" 2>/dev/null ||
+  [ $SECONDS -ge $deadline ]; do
+  sleep 0.2
+done
+if grep -q '"step":100,' "$RUN/trainer0.jsonl" 2>/dev/null; then
   in_m sbatch --wait --parsable --chdir "$ROOT" --ntasks=1 --nodelist=n-p2 --output="$TMP/add-%j.out" \
     "$ROOT/scripts/slurm/tessera_add_ps.sbatch" --run_dir "$RUN" >"$TMP/sbatch_add.out" 2>&1 &
   PIDS+=($!)

@@ -17,7 +17,10 @@ StatusOr<Dump> ReadDump(const std::string& dir, const JobConfig& job) {
     }
     return -1;
   };
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+  std::error_code ec;
+  std::filesystem::directory_iterator entries(dir, ec);
+  if (ec) return Status::NotFound("cannot read the dump folder " + dir + ": " + ec.message());
+  for (const auto& entry : entries) {
     const std::string name = entry.path().filename().string();
     if (name.rfind("shard", 0) != 0) continue;
     TESSERA_ASSIGN_OR_RETURN(auto arrays, ReadParamFile(entry.path().string()));
