@@ -46,8 +46,9 @@ namespace {
 
 // Whether `step` is more than kMaxStepsAhead past `last` (a trainer's last push).
 bool TooFarAhead(uint64_t step, int64_t last) {
-  return static_cast<int64_t>(step) - last > static_cast<int64_t>(StepGateBase::kMaxStepsAhead) ||
-         step > (uint64_t{1} << 62);  // no difference overflows
+  // Tested first, so that the difference below cannot overflow.
+  if (step > (uint64_t{1} << 62)) return true;
+  return static_cast<int64_t>(step) - last > static_cast<int64_t>(StepGateBase::kMaxStepsAhead);
 }
 
 Status TooFarAheadError(const char* what, uint32_t trainer, uint64_t step, int64_t last) {
