@@ -59,6 +59,8 @@ class DeviceRowStore final : public RowStore {
   Status Update(std::span<const int64_t> ids, const UpdateFn& fn) override;
   Status Put(std::span<const int64_t> ids, const float* rows) override;
   Status ForEach(const std::function<Status(int64_t id, const float* row)>& fn) override;
+  // Rows beyond the tier's slots end in the store below it.
+  void Reserve(int64_t rows) override { lower_->Reserve(rows); }
   int64_t size() const override;
   RowStoreStats Stats() const override;
   Status Flush() override;

@@ -75,6 +75,16 @@ class MemoryRowStore final : public RowStore {
     return Status::OK();
   }
 
+  void Reserve(int64_t rows) override {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    const uint64_t want = static_cast<uint64_t>(count_ + std::max<int64_t>(0, rows));
+    uint64_t capacity = mask_ + 1;
+    while (want * 2 > capacity) capacity *= 2;  // the load factor FindOrInsert keeps
+    if (capacity != mask_ + 1) Rehash(capacity);
+    slot_ids_.reserve(want);
+    slot_rows_.reserve(want);
+  }
+
   Status ForEach(const std::function<Status(int64_t id, const float* row)>& fn) override {
     std::shared_lock<std::shared_mutex> lock(mu_);
     for (int64_t slot = 0; slot < count_; ++slot) TESSERA_RETURN_IF_ERROR(fn(slot_ids_[slot], slot_rows_[slot]));

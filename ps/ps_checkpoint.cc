@@ -17,6 +17,7 @@
 #include "ps/row_layout.h"
 #include "ps/row_snapshot.h"
 #include "ps/shard_parallel.h"
+#include "ps/shard_rows.h"
 
 namespace tessera {
 
@@ -111,27 +112,8 @@ Status PsService::Restore(const json& restore, const ShardMap& shards) {
   });
 }
 
-Status PsService::MergeRows(EmbeddingShard* shard, std::span<const int64_t> ids, const float* rows, int width,
-                            int old_col, int old_cols) {
-  const ShardSpec& mine = shard->spec();
-  const RowLayout layout = RowLayout::For(shard->table().optimizer.type);
-  if (old_col == mine.col_offset && old_cols == mine.num_cols && width == shard->store()->row_width()) {
-    // Whole rows of the same columns: stored as they are, without first
-    // computing initial values that would be overwritten (the initializer's
-    // random numbers were a tenth of a migration's time).
-    return shard->store()->Put(ids, rows);
-  }
-  return shard->store()->Update(ids, [&](float* const* dst, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-      CopyRowColumns(layout, &rows[i * width], old_col, old_cols, dst[i], mine.col_offset, mine.num_cols);
-    }
-  });
-}
-
 Status PsService::RestoreShard(const json& restore, uint32_t id, EmbeddingShard* shard) {
-  constexpr size_t kBatch = 4096;
   const ShardSpec& mine = shard->spec();
-  const RowLayout layout = RowLayout::For(shard->table().optimizer.type);
   int64_t restored = 0;
   for (const json& old : restore.at("shards")) {
     if (old.at("table").get<std::string>() != shard->table().name) continue;
@@ -140,33 +122,10 @@ Status PsService::RestoreShard(const json& restore, uint32_t id, EmbeddingShard*
                                 old.at("row_offset").get<int64_t>() + old.at("num_rows").get<int64_t>());
     const int old_col = old.at("col_offset").get<int>(), old_cols = old.at("num_cols").get<int>();
     if (lo >= hi || old_col >= mine.col_offset + mine.num_cols || old_col + old_cols <= mine.col_offset) continue;
-    // Rows come in id order from the old snapshot; each batch is merged
-    // into this shard's rows (its columns of them), state included.
-    std::vector<int64_t> ids;
-    std::vector<float> rows;
-    int width = 0;
-    auto flush = [&]() -> Status {
-      if (ids.empty()) return Status::OK();
-      Status st = MergeRows(shard, ids, rows.data(), width, old_col, old_cols);
-      restored += static_cast<int64_t>(ids.size());
-      ids.clear();
-      rows.clear();
-      return st;
-    };
-    Status st = ScanSnapshot(old.at("path").get<std::string>(), lo, hi,
-                             [&](int64_t row_id, const float* row, int w) -> Status {
-                               if (w != layout.Width(old_cols)) {
-                                 return Status::DataLoss("checkpoint row of width " + std::to_string(w) +
-                                                         " does not fit the table's optimizer state");
-                               }
-                               width = w;
-                               ids.push_back(row_id);
-                               rows.insert(rows.end(), row, row + w);
-                               return ids.size() >= kBatch ? flush() : Status::OK();
-                             });
-    TESSERA_RETURN_IF_ERROR(st.WithContext("restoring shard " + std::to_string(id) + " from " +
-                                           old.at("path").get<std::string>()));
-    TESSERA_RETURN_IF_ERROR(flush());
+    TESSERA_RETURN_IF_ERROR(RestoreSnapshotSlice(old.at("path").get<std::string>(), lo, hi, old_col, old_cols, shard,
+                                                 &restored)
+                                .WithContext("restoring shard " + std::to_string(id) + " from " +
+                                             old.at("path").get<std::string>()));
   }
   LOG(INFO) << "ps " << ps_rank_.load() << ": shard " << id << " of table " << shard->table().name << " restored "
             << restored << " row slices";

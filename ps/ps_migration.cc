@@ -18,6 +18,7 @@
 #include "ps/ps_service.h"
 #include "ps/row_layout.h"
 #include "ps/shard_parallel.h"
+#include "ps/shard_rows.h"
 
 namespace tessera {
 

@@ -216,10 +216,6 @@ class PsService {
   // Creates the empty shard `spec` of the ones `mine` this server will hold.
   StatusOr<std::unique_ptr<EmbeddingShard>> NewShard(const JobConfig& job, const std::vector<ShardSpec>& mine,
                                                      const ShardSpec& spec, const std::string& store_instance) const;
-  // Writes rows of an old shard (full rows, its columns [old_col, old_col +
-  // old_cols)) into `shard`'s rows, those of its columns.
-  static Status MergeRows(EmbeddingShard* shard, std::span<const int64_t> ids, const float* rows, int width,
-                          int old_col, int old_cols);
 
   // Computes and answers a lookup; stores its context on success.
   void ServeLookup(LookupRequest&& req, Responder r);

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -58,13 +59,24 @@ Status WriteSnapshot(RowStore& store, const std::string& dir, const nlohmann::js
 // renamed there).
 Status SyncDirectory(const std::string& dir);
 
+// A run of a snapshot's rows: ids[i]'s full row is rows[i * width ..
+// (i + 1) * width); the pointers are valid only during the call.
+using SnapshotRowsFn = std::function<Status(std::span<const int64_t> ids, const float* rows, int width)>;
+
 // Calls fn for every row of the snapshot with id in [row_begin, row_end), in
-// id order, until fn returns an error (returned). Opens the snapshot read-only.
-// An incomplete snapshot (no meta.json) is kFailedPrecondition; rows of
-// different widths, a malformed row, a rows.bin that is cut short or fails
-// its checksum, kDataLoss.
-Status ScanSnapshot(const std::string& dir, int64_t row_begin, int64_t row_end,
-                    const std::function<Status(int64_t id, const float* row, int width)>& fn);
+// runs of at most kSnapshotRunRows rows, until fn returns an error
+// (returned). A rows.bin is read through a mapping, in the order its store
+// wrote it, and fn gets the rows where they lie (no copy); a RocksDB
+// snapshot goes in id order. Each id comes once: a snapshot's writer visits
+// every row of its store once. `expect`, when given, is told how many rows
+// are in the range before the first run where the form knows it up front
+// (rows.bin: a store about to take them sizes itself once).
+// Opens the snapshot read-only. An incomplete snapshot (no meta.json) is
+// kFailedPrecondition; rows of different widths, a malformed row, a rows.bin
+// that is cut short or fails its checksum, kDataLoss.
+constexpr int64_t kSnapshotRunRows = 4096;
+Status ScanSnapshot(const std::string& dir, int64_t row_begin, int64_t row_end, const SnapshotRowsFn& fn,
+                    const std::function<void(int64_t rows)>& expect = nullptr);
 
 // The meta.json of a complete snapshot.
 StatusOr<nlohmann::json> ReadSnapshotMeta(const std::string& dir);

@@ -31,18 +31,31 @@ RowStoreOptions RowOptions() {
   return o;
 }
 
-// Rows of the snapshot at dir with id in [begin, end), checking id order.
+// Rows of the snapshot at dir with id in [begin, end), checking that each
+// comes once, in runs no longer than promised, and that the count announced
+// up front (rows.bin) is the count visited.
 Rows Scan(const std::string& dir, int64_t begin = 0, int64_t end = std::numeric_limits<int64_t>::max()) {
   Rows rows;
-  int64_t last = -1;
-  Status st = ScanSnapshot(dir, begin, end, [&](int64_t id, const float* row, int width) {
-    EXPECT_EQ(width, kWidth);
-    EXPECT_GT(id, last);
-    last = id;
-    rows[id] = std::vector<float>(row, row + width);
-    return Status::OK();
-  });
+  int64_t expected = -1;
+  Status st = ScanSnapshot(
+      dir, begin, end,
+      [&](std::span<const int64_t> ids, const float* run, int width) {
+        EXPECT_EQ(width, kWidth);
+        EXPECT_GE(ids.size(), 1u);
+        EXPECT_LE(static_cast<int64_t>(ids.size()), kSnapshotRunRows);
+        for (size_t i = 0; i < ids.size(); ++i) {
+          EXPECT_GE(ids[i], begin);
+          EXPECT_LT(ids[i], end);
+          EXPECT_TRUE(rows.emplace(ids[i], std::vector<float>(run + i * width, run + (i + 1) * width)).second)
+              << "row " << ids[i] << " visited twice";
+        }
+        return Status::OK();
+      },
+      [&](int64_t n) { expected = n; });
   EXPECT_TRUE(st.ok()) << st;
+  if (expected >= 0) {
+    EXPECT_EQ(expected, static_cast<int64_t>(rows.size()));
+  }
   return rows;
 }
 
@@ -135,7 +148,7 @@ TEST_F(RowSnapshotTest, DamagedRowsFileIsDataLoss) {
   ASSERT_TRUE(WriteSnapshot(*store, dir_ + "/snap", {{"step", 7}}).ok());
   const std::string rows = dir_ + "/snap/rows.bin";
   auto scan = [&] {
-    return ScanSnapshot(dir_ + "/snap", 0, 1 << 20, [](int64_t, const float*, int) { return Status::OK(); });
+    return ScanSnapshot(dir_ + "/snap", 0, 1 << 20, [](std::span<const int64_t>, const float*, int) { return Status::OK(); });
   };
   ASSERT_TRUE(scan().ok());
   {
@@ -194,13 +207,37 @@ TEST_F(RowSnapshotTest, RangesReassembleTheWhole) {
   EXPECT_EQ(Scan(dir_ + "/snap", 7, 15).size(), 2u);
 }
 
+TEST_F(RowSnapshotTest, ManyRowsInStoreOrderGoInBoundedRuns) {
+  // Rows touched in a shuffled order, more than one run's worth, read back
+  // by ranges whose rows are scattered over the file: each row once, in runs
+  // of at most kSnapshotRunRows, the count announced first.
+  auto store = NewMemoryRowStore(RowOptions());
+  const int64_t n = 3 * kSnapshotRunRows + 123;
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[i] = (i * 7919) % n;  // a permutation: 7919 is prime, n not its multiple
+  std::vector<float> rows;
+  for (int64_t id : ids) rows.insert(rows.end(), {id * 1.f, id * 2.f, id * 3.f});
+  ASSERT_TRUE(store->Put(ids, rows.data()).ok());
+  ASSERT_TRUE(WriteSnapshot(*store, dir_ + "/snap", nlohmann::json::object()).ok());
+  const Rows all = Scan(dir_ + "/snap");
+  ASSERT_EQ(static_cast<int64_t>(all.size()), n);
+  for (const auto& [id, row] : all) EXPECT_EQ(row, (std::vector<float>{id * 1.f, id * 2.f, id * 3.f})) << id;
+  const Rows part = Scan(dir_ + "/snap", 1000, 9000);
+  EXPECT_EQ(part.size(), 8000u);
+  // Reserve only sizes the store: what it holds is unchanged.
+  store->Reserve(10 * n);
+  EXPECT_EQ(store->size(), n);
+  ASSERT_TRUE(WriteSnapshot(*store, dir_ + "/again", nlohmann::json::object()).ok());
+  EXPECT_EQ(Scan(dir_ + "/again"), all);
+}
+
 TEST_F(RowSnapshotTest, IncompleteSnapshotIsRefused) {
   auto store = NewMemoryRowStore(RowOptions());
   Fill(*store);
   const std::string snap = dir_ + "/snap";
   ASSERT_TRUE(WriteSnapshot(*store, snap, {{"step", 3}}).ok());
   std::filesystem::remove(snap + "/meta.json");
-  Status st = ScanSnapshot(snap, 0, 100, [](int64_t, const float*, int) { return Status::OK(); });
+  Status st = ScanSnapshot(snap, 0, 100, [](std::span<const int64_t>, const float*, int) { return Status::OK(); });
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st;
   EXPECT_NE(st.message().find(snap), std::string::npos);
   EXPECT_EQ(ReadSnapshotMeta(snap).status().code(), StatusCode::kFailedPrecondition);
@@ -219,7 +256,7 @@ TEST_F(RowSnapshotTest, ScanErrorStopsTheScan) {
   Fill(*store);
   ASSERT_TRUE(WriteSnapshot(*store, dir_ + "/snap", {}).ok());
   int visits = 0;
-  Status st = ScanSnapshot(dir_ + "/snap", 0, 1 << 20, [&](int64_t, const float*, int) {
+  Status st = ScanSnapshot(dir_ + "/snap", 0, 1 << 20, [&](std::span<const int64_t>, const float*, int) {
     ++visits;
     return Status::Cancelled("enough");
   });

@@ -69,6 +69,10 @@ class RowStore {
   // Inserts or overwrites full rows: rows is [ids.size() x row_width].
   virtual Status Put(std::span<const int64_t> ids, const float* rows) = 0;
 
+  // A hint that about `rows` more rows are about to be inserted (a restore,
+  // a migration): a store whose index grows by rehashing sizes it once.
+  virtual void Reserve(int64_t rows) { (void)rows; }
+
   // Visits every materialized row (order unspecified). Writers wait.
   virtual Status ForEach(const std::function<Status(int64_t id, const float* row)>& fn) = 0;
 
