@@ -214,6 +214,8 @@ void PsService::HandleFetchRows(Message&& m, Responder r) {
                                                  " key: only parameter servers fetch rows"));
   }
   std::shared_ptr<EmbeddingShard> shard;
+  std::shared_ptr<const std::vector<int64_t>> sorted;  // of the range, once scanned
+  const auto range = std::make_tuple(static_cast<uint32_t>(req->shard), req->row_begin, req->row_end);
   int64_t step = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -243,6 +245,9 @@ void PsService::HandleFetchRows(Message&& m, Responder r) {
     }
     shard = it->second;
     step = migration_->step;
+    if (auto cached = migration_->fetch_ids.find(range); cached != migration_->fetch_ids.end()) {
+      sorted = cached->second;
+    }
   }
   const ShardSpec& spec = shard->spec();
   if (req->row_begin < spec.row_offset || req->row_end > spec.row_offset + spec.num_rows) {
@@ -259,23 +264,29 @@ void PsService::HandleFetchRows(Message&& m, Responder r) {
   }
   RowStore* store = shard->store();
   const int width = store->row_width();
-  // Pages of fetch_reply_bytes at most: large enough that the cost of each
-  // (a scan of the shard's ids) is paid rarely, small enough to stay far
-  // under the frame limit and keep this server's reply buffer modest.
+  // Pages of fetch_reply_bytes at most: small enough to stay far under the
+  // frame limit and keep this server's reply buffer modest.
   const int64_t cap = std::min<int64_t>(req->max_rows, std::max<int64_t>(1, fetch_reply_bytes_ / (width * 4)));
-  std::vector<int64_t> ids;
-  Status scanned = store->ForEach([&](int64_t id, const float*) {
-    if (id >= req->row_begin && id < req->row_end && id > req->after) ids.push_back(id);
-    return Status::OK();
-  });
-  if (!scanned.ok()) return r.ReplyError(scanned.WithContext("FETCH_ROWS"));
-  std::sort(ids.begin(), ids.end());
+  if (sorted == nullptr) {
+    // The first page of a range scans the shard (for a RocksDB-backed one,
+    // its whole database) once; the later pages reuse what it found.
+    auto found = std::make_shared<std::vector<int64_t>>();
+    Status scanned = store->ForEach([&](int64_t id, const float*) {
+      if (id >= req->row_begin && id < req->row_end) found->push_back(id);
+      return Status::OK();
+    });
+    if (!scanned.ok()) return r.ReplyError(scanned.WithContext("FETCH_ROWS"));
+    std::sort(found->begin(), found->end());
+    sorted = std::move(found);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (migration_ && migration_->from_version == req->version) migration_->fetch_ids[range] = sorted;
+  }
+  const auto first = std::upper_bound(sorted->begin(), sorted->end(), req->after);
+  const int64_t left = sorted->end() - first;
+  std::vector<int64_t> ids(first, first + std::min(left, cap));
   FetchMeta meta;
   meta.width = static_cast<uint32_t>(width);
-  if (static_cast<int64_t>(ids.size()) > cap) {
-    ids.resize(static_cast<size_t>(cap));
-    meta.next = ids.back();
-  }
+  if (left > cap) meta.next = ids.back();
   std::vector<float> rows(ids.size() * static_cast<size_t>(width));
   Status read = store->Read(ids, [&](const float* const* src, int64_t n) {
     for (int64_t i = 0; i < n; ++i) std::copy(src[i], src[i] + width, &rows[static_cast<size_t>(i) * width]);

@@ -45,6 +45,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -202,6 +203,10 @@ class PsService {
     bool finished = false;
     Status status;    // once finished
     ShardMap staged;  // once finished OK
+    // The ids, sorted, of each (shard, row_begin, row_end) a fetcher pages
+    // through: one scan of the shard's rows serves all its pages (its rows
+    // do not change while the migration runs: training waits for it).
+    std::map<std::tuple<uint32_t, int64_t, int64_t>, std::shared_ptr<const std::vector<int64_t>>> fetch_ids;
   };
   // Serves FETCH_ROWS: rows of a shard of the running plan to a server
   // of the migration.
