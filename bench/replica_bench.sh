@@ -3,7 +3,9 @@
 # 8 tables of 200,000 x 64 on 2 servers, 2 trainers, batch 512) with
 # cluster.replicas 1 and 2, one after the other, R times; then one run with
 # replicas 2 on 3 servers where a server is killed (SIGKILL) mid-job, timed
-# from the kill to the master's "promoted" line and to the next step.
+# from the kill to the master's "promoted" line and to the next step, and
+# the pause at the boundary that gives the plan its backups back, with and
+# without runtime.precopy_backups.
 #
 #   bench/replica_bench.sh [--steps N] [--repeats R] [--mode sync|async]
 #
@@ -56,36 +58,49 @@ for i in $(seq 1 "$REPEATS"); do
   echo "| $i | $one | $two | $(python3 -c "print(f'{$two/$one:.2f}')") |"
 done
 
-# Failover: 3 servers, replicas 2, a server killed once training runs.
-config 2 100000 "$OUT/failover.json" "$OUT/ckpt"
-"$ROOT/scripts/launch_local.sh" --ps 3 --trainers 2 --config "$OUT/failover.json" --run_dir "$OUT/run_failover" \
-  --timeout_s 600 >/dev/null 2>&1 &
-LAUNCHER=$!
-for _ in $(seq 1 600); do
-  [ -f "$OUT/run_failover/trainer0.jsonl" ] && [ "$(wc -l <"$OUT/run_failover/trainer0.jsonl")" -ge 100 ] && break
-  sleep 0.1
-done
-victim="$(pgrep -P "$LAUNCHER" -x tessera_ps | head -n 1)"
-killed_at="$(date +%s.%N)"
-kill -KILL "$victim"
-promoted_at=""
-for _ in $(seq 1 1500); do
-  if [ -z "$promoted_at" ] && grep -q "\[master\] promoted" "$OUT/run_failover/master.log"; then
-    promoted_at="$(date +%s.%N)"
-  fi
-  # The next boundary gives the plan its backups back (a checkpoint and a
-  # restore on the servers left): training pauses for that too.
-  grep -q "^I.*generation 3: " "$OUT/run_failover/master.log" && break
-  sleep 0.02
-done
-kill -TERM "$LAUNCHER" 2>/dev/null || true
-wait "$LAUNCHER" 2>/dev/null || true
-echo
-grep -F "[master] lost" "$OUT/run_failover/master.log" | cut -c1-160 || true
-grep -F "[master] promoted" "$OUT/run_failover/master.log" || true
-# When trainer 0 sent its step again under the new plan, and when the
-# backups were back: glog's timestamps (the metrics file is buffered).
-python3 - "$killed_at" "${promoted_at:-0}" "$OUT/run_failover/trainer0.log" "$OUT/run_failover/master.log" <<'PY'
+# Failover: 3 servers, replicas 2, a server killed once training runs;
+# twice: with the new backups copied while the job trains (the default,
+# runtime.precopy_backups) and without (the boundary moves all their rows).
+failover() {  # precopy_backups (true|false)
+  local run="$OUT/run_failover_$1"
+  config 2 100000 "$OUT/failover_$1.json" "$OUT/ckpt_$1"
+  python3 - "$OUT/failover_$1.json" "$1" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["runtime"]["precopy_backups"] = sys.argv[2] == "true"
+json.dump(c, open(sys.argv[1], "w"), indent=2)
+PY
+  "$ROOT/scripts/launch_local.sh" --ps 3 --trainers 2 --config "$OUT/failover_$1.json" --run_dir "$run" \
+    --timeout_s 600 >/dev/null 2>&1 &
+  LAUNCHER=$!
+  for _ in $(seq 1 600); do
+    [ -f "$run/trainer0.jsonl" ] && [ "$(wc -l <"$run/trainer0.jsonl")" -ge 100 ] && break
+    sleep 0.1
+  done
+  victim="$(pgrep -P "$LAUNCHER" -x tessera_ps | head -n 1)"
+  killed_at="$(date +%s.%N)"
+  kill -KILL "$victim"
+  promoted_at=""
+  for _ in $(seq 1 1500); do
+    if [ -z "$promoted_at" ] && grep -q "\[master\] promoted" "$run/master.log"; then
+      promoted_at="$(date +%s.%N)"
+    fi
+    # The next boundary gives the plan its backups back: training pauses
+    # while the rows they still need move.
+    grep -q "^I.*generation 3: " "$run/master.log" && break
+    sleep 0.02
+  done
+  kill -TERM "$LAUNCHER" 2>/dev/null || true
+  wait "$LAUNCHER" 2>/dev/null || true
+  echo
+  echo "precopy_backups: $1"
+  grep -F "[master] lost" "$run/master.log" | cut -c1-160 || true
+  grep -F "[master] promoted" "$run/master.log" || true
+  grep -F "[master] migration at step" "$run/master.log" || true
+  grep -F "[master] the trainers paused" "$run/master.log" || true
+  # When trainer 0 sent its step again under the new plan, and when the
+  # backups were back: glog's timestamps (the metrics file is buffered).
+  python3 - "$killed_at" "${promoted_at:-0}" "$run/trainer0.log" "$run/master.log" <<'PY'
 import datetime, re, sys
 killed, promoted = float(sys.argv[1]), float(sys.argv[2])
 def first(path, text):
@@ -101,7 +116,9 @@ rebuilt = first(sys.argv[4], "generation 3: ")
 out = []
 if promoted: out.append(f"kill -> promoted {promoted - killed:.2f} s")
 if resumed: out.append(f"kill -> trainer 0 goes on with its step {resumed - killed:.2f} s")
-if rebuilt: out.append(f"kill -> backups rebuilt (checkpoint + restore at the next boundary) {rebuilt - killed:.2f} s")
+if rebuilt: out.append(f"kill -> backups rebuilt {rebuilt - killed:.2f} s")
 print("failover: " + (", ".join(out) if out else "not seen (see the master log above)"))
 PY
-grep -F "[master] checkpoint at step" "$OUT/run_failover/master.log" | tail -n 1 || true
+}
+failover true
+failover false

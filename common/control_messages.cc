@@ -308,10 +308,22 @@ StatusOr<Command> Command::Parse(const json& j) {
   return r;
 }
 
+const char* MigratePhaseName(MigratePhase phase) {
+  switch (phase) {
+    case MigratePhase::kAll:
+      return "all";
+    case MigratePhase::kPrecopy:
+      return "precopy";
+    case MigratePhase::kChanged:
+      return "changed";
+  }
+  return "?";
+}
+
 json MigrateRequest::ToJson() const {
   std::vector<std::string> ids;
   for (const std::string& f : fetchers) ids.push_back(RoutingIdToText(f));
-  return {{"job", job},   {"plan", plan},       {"rank", rank},       {"step", step},
+  return {{"phase", MigratePhaseName(phase)}, {"job", job}, {"plan", plan}, {"rank", rank}, {"step", step},
           {"from_version", from_version}, {"from_plan", from_plan}, {"sources", sources}, {"fetchers", ids}};
 }
 
@@ -319,7 +331,18 @@ StatusOr<MigrateRequest> MigrateRequest::Parse(const json& j) {
   JsonFields f(j, "MIGRATE");
   MigrateRequest r;
   TESSERA_RETURN_IF_ERROR(
-      f.OnlyKeys({"job", "plan", "rank", "step", "from_version", "from_plan", "sources", "fetchers"}));
+      f.OnlyKeys({"phase", "job", "plan", "rank", "step", "from_version", "from_plan", "sources", "fetchers"}));
+  std::string phase = "all";
+  TESSERA_RETURN_IF_ERROR(f.String("phase", &phase, false));
+  if (phase == "all") {
+    r.phase = MigratePhase::kAll;
+  } else if (phase == "precopy") {
+    r.phase = MigratePhase::kPrecopy;
+  } else if (phase == "changed") {
+    r.phase = MigratePhase::kChanged;
+  } else {
+    return Status::InvalidArgument("MIGRATE: phase '" + phase + "' is none of all, precopy, changed");
+  }
   const json* object = nullptr;
   TESSERA_RETURN_IF_ERROR(f.Object("job", true, &object));
   r.job = *object;
@@ -343,20 +366,22 @@ StatusOr<MigrateRequest> MigrateRequest::Parse(const json& j) {
 }
 
 json FetchRowsRequest::ToJson() const {
-  return {{"version", version}, {"shard", shard},   {"row_begin", row_begin},
-          {"row_end", row_end}, {"after", after},   {"max_rows", max_rows}};
+  return {{"version", version}, {"shard", shard}, {"row_begin", row_begin}, {"row_end", row_end},
+          {"after", after},     {"max_rows", max_rows}, {"changed", changed}};
 }
 
 StatusOr<FetchRowsRequest> FetchRowsRequest::Parse(const json& j) {
   JsonFields f(j, "FETCH_ROWS");
   FetchRowsRequest r;
-  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"version", "shard", "row_begin", "row_end", "after", "max_rows"}));
+  TESSERA_RETURN_IF_ERROR(
+      f.OnlyKeys({"version", "shard", "row_begin", "row_end", "after", "max_rows", "changed"}));
   TESSERA_RETURN_IF_ERROR(f.Int("version", &r.version, true, 1, UINT32_MAX));
   TESSERA_RETURN_IF_ERROR(f.Int("shard", &r.shard, true, 0, UINT32_MAX));
   TESSERA_RETURN_IF_ERROR(f.Int("row_begin", &r.row_begin, true, 0, kMaxI64));
   TESSERA_RETURN_IF_ERROR(f.Int("row_end", &r.row_end, true, 0, kMaxI64));
   TESSERA_RETURN_IF_ERROR(f.Int("after", &r.after, true, -1, kMaxI64));
   TESSERA_RETURN_IF_ERROR(f.Int("max_rows", &r.max_rows, true, 1, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Bool("changed", &r.changed, false));
   if (r.row_end < r.row_begin) {
     return Status::InvalidArgument("FETCH_ROWS: row_end " + std::to_string(r.row_end) + " < row_begin " +
                                    std::to_string(r.row_begin));

@@ -177,7 +177,15 @@ struct Command {
 // serve such fetches to the others. Nothing served changes: the new shards
 // are staged until CREATE_SHARDS {staged: plan.version} puts them in
 // place. Answered once this server's rows are all in.
+// What a MIGRATE moves. kAll: every row the new plan gives a server that it
+// does not hold, at a step boundary. kPrecopy: the same, while training goes
+// on: the sources remember which rows change from then on. kChanged: at a
+// boundary after a kPrecopy to the same plan, only those rows again.
+enum class MigratePhase { kAll, kPrecopy, kChanged };
+const char* MigratePhaseName(MigratePhase phase);
+
 struct MigrateRequest {
+  MigratePhase phase = MigratePhase::kAll;
   nlohmann::json job;   // JobConfig::ToJson
   nlohmann::json plan;  // the new ShardingPlan::ToJson
   int rank = 0;         // this server's rank in the new plan; -1: none (it leaves)
@@ -192,7 +200,8 @@ struct MigrateRequest {
 };
 
 // FETCH_ROWS (server -> server during a migration): the rows with id in
-// [row_begin, row_end) and > after of shard `shard` of plan `version`, in id
+// [row_begin, row_end) (only those changed since the precopy, with changed)
+// and > after of shard `shard` of plan `version`, in id
 // order, at most max_rows. The reply (messages.h: FetchRowsReply) says the
 // id to ask after next, or -1 when the range is done.
 struct FetchRowsRequest {
@@ -201,6 +210,7 @@ struct FetchRowsRequest {
   int64_t row_begin = 0, row_end = 0;
   int64_t after = -1;
   int64_t max_rows = 0;
+  bool changed = false;  // only rows updated since the precopy began (MigratePhase::kChanged)
 
   nlohmann::json ToJson() const;
   static StatusOr<FetchRowsRequest> Parse(const nlohmann::json& j);

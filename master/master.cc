@@ -255,6 +255,9 @@ Status Master::MonitorUntilDone() {
       bool all_done = true;
       for (const auto& t : trainers_) all_done = all_done && t && t->done;
       if (all_done) return Status::OK();
+      lock.unlock();
+      MaybeStartPrecopy();
+      lock.lock();
       if (ServerChangePending() && checkpoint_requested_id_ <= checkpoint_served_id_) {
         // The change happens at the next boundary, where the trainers wait.
         ++checkpoint_requested_id_;

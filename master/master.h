@@ -302,6 +302,31 @@ class Master {
                                std::chrono::milliseconds timeout);
   std::vector<ServerReply> AwaitServerCalls(const ServerCalls& calls);
   StatusOr<int> ServerPeer(int member);
+
+  // New backups copied while the job trains (MIGRATE {phase: precopy} to
+  // the plan that has them): the next boundary then moves only the rows
+  // updated since (MigratePhase::kChanged) instead of all of them.
+  struct Precopy {
+    ShardingPlan plan;
+    std::vector<int> members;   // of the new plan, by rank
+    std::vector<int> involved;  // members, then servers that only serve
+    ServerCalls calls;
+    Clock::time_point started;
+    bool Finished() const;
+    // OK once every server staged its copies (adding up the rows and bytes
+    // they fetched); the first error otherwise.
+    Status Outcome(int64_t* rows = nullptr, int64_t* bytes = nullptr) const;
+  };
+  // Starts a precopy when the only change waiting is new backups after a
+  // promotion. Monitor thread; takes mu_.
+  void MaybeStartPrecopy();
+  // The MIGRATE bodies that move the job to `plan` on `members`, and the
+  // servers they go to (*involved: members, then old servers that only
+  // serve). REQUIRES: mu_ held.
+  Status MigrationBodies(const ShardingPlan& plan, const std::vector<int>& members, int64_t step, MigratePhase phase,
+                         std::vector<int>* involved, std::vector<nlohmann::json>* bodies) const;
+  std::optional<Precopy> precopy_;  // GUARDED_BY(mu_)
+  bool precopy_failed_ = false;     // GUARDED_BY(mu_): the last one did; the boundary moves all rows
   bool AbortRequested(Status* reason);
 
   MasterOptions options_;

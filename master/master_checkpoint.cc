@@ -104,8 +104,11 @@ Status Master::ServeBarrier(std::unique_lock<std::mutex>* lock) {
       st = MigrateServers(next, step, state);
       restarted = st.ok();
       if (restarted) {
+        const double pause_s = std::chrono::duration<double>(Clock::now() - paused_at).count();
+        std::cout << "[master] the trainers paused " << pause_s << " s at step " << step
+                  << " for the change of servers" << std::endl;
         std::lock_guard<std::mutex> relock(mu_);
-        migration_stats_.back()["pause_s"] = std::chrono::duration<double>(Clock::now() - paused_at).count();
+        migration_stats_.back()["pause_s"] = pause_s;
       }
     }
     lock->lock();

@@ -62,12 +62,109 @@ Movement Moved(const JobConfig& job, const ShardingPlan& old_plan, const std::ve
 }  // namespace
 
 bool Master::ServerChangePending() const {
-  if (backups_missing_) return true;
   for (const auto& [id, p] : ps_) {
     const bool in_generation = std::find(generation_ps_.begin(), generation_ps_.end(), id) != generation_ps_.end();
     if (p.leaving || !in_generation) return true;
   }
-  return false;
+  // New backups: once their precopy is done (or could not be made), the
+  // boundary brings them up to date.
+  return backups_missing_ && (!precopy_ || precopy_->Finished());
+}
+
+bool Master::Precopy::Finished() const {
+  std::lock_guard<std::mutex> lock(calls.shared->mu);
+  return calls.shared->done == calls.members.size();
+}
+
+Status Master::Precopy::Outcome(int64_t* rows, int64_t* bytes) const {
+  std::lock_guard<std::mutex> lock(calls.shared->mu);
+  for (size_t i = 0; i < calls.members.size(); ++i) {
+    const auto& reply = calls.shared->replies[i];
+    if (!reply.has_value()) return Status::Unavailable("no reply yet");
+    if (!reply->ok()) return reply->status();
+    auto body = DecodeJson(**reply);
+    if (!body.ok()) return body.status();
+    if (rows != nullptr) *rows += body->value("rows", int64_t{0});
+    if (bytes != nullptr) *bytes += body->value("bytes", int64_t{0});
+  }
+  return Status::OK();
+}
+
+Status Master::MigrationBodies(const ShardingPlan& plan, const std::vector<int>& members, int64_t step,
+                               MigratePhase phase, std::vector<int>* involved, std::vector<json>* bodies) const {
+  if (!plan_) return Status::FailedPrecondition("no running plan to migrate from");
+  // Every server of either plan takes part: the old ones serve their rows,
+  // the new ones fetch theirs; a leaving server only serves.
+  *involved = members;
+  std::vector<std::string> sources, fetchers;
+  for (int m : generation_ps_) {
+    auto it = ps_.find(m);
+    if (it == ps_.end()) return Status::Unavailable(DescribeServer(m) + " was lost before the migration");
+    sources.push_back(it->second.endpoint);
+    if (std::find(involved->begin(), involved->end(), m) == involved->end()) involved->push_back(m);
+  }
+  for (int m : *involved) {
+    auto it = ps_.find(m);
+    if (it == ps_.end()) return Status::Unavailable(DescribeServer(m) + " left before the migration");
+    fetchers.push_back(it->second.routing_id);
+  }
+  MigrateRequest req;
+  req.phase = phase;
+  req.job = job_.ToJson();
+  req.plan = plan.ToJson();
+  req.step = step;
+  req.from_version = plan_->version;
+  req.from_plan = plan_->ToJson();
+  req.sources = sources;
+  req.fetchers = fetchers;
+  bodies->clear();
+  for (size_t i = 0; i < involved->size(); ++i) {
+    req.rank = i < members.size() ? static_cast<int>(i) : -1;
+    bodies->push_back(req.ToJson());
+  }
+  return Status::OK();
+}
+
+void Master::MaybeStartPrecopy() {
+  std::vector<int> members;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!job_.runtime.precopy_backups || !backups_missing_ || precopy_ || precopy_failed_ ||
+        state_ != State::kRunning || !plan_) {
+      return;
+    }
+    for (const auto& [id, p] : ps_) {
+      const bool in_generation = std::find(generation_ps_.begin(), generation_ps_.end(), id) != generation_ps_.end();
+      if (p.leaving || !in_generation) return;  // a change that moves rows anyway: no precopy
+    }
+    members = NextServers();
+  }
+  auto fail = [&](const Status& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    precopy_failed_ = true;
+    LOG(WARNING) << "new backups cannot be copied while the job trains (" << why
+                 << "); they are made at the next step boundary";
+  };
+  auto plan = PlanServers(members, "new backups are copied while the job trains; at the next boundary only the "
+                                   "rows updated meanwhile move again");
+  if (!plan.ok()) return fail(plan.status());
+  Precopy pre;
+  pre.plan = *plan;
+  pre.members = members;
+  std::vector<json> bodies;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Status st = MigrationBodies(*plan, members, 0, MigratePhase::kPrecopy, &pre.involved, &bodies); !st.ok()) {
+      precopy_failed_ = true;
+      LOG(WARNING) << "no precopy of new backups: " << st;
+      return;
+    }
+  }
+  pre.started = Clock::now();
+  pre.calls = StartServerCalls(pre.involved, Opcode::kMigrate, bodies, milliseconds(3600000));
+  std::lock_guard<std::mutex> lock(mu_);
+  LOG(INFO) << "copying new backups while the job trains (plan version " << plan->version << ")";
+  precopy_ = std::move(pre);
 }
 
 std::vector<int> Master::NextServers() const {
@@ -185,6 +282,8 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
     generation_ps_ = members;
     plan_ = plan;
     backups_missing_ = false;
+    precopy_.reset();
+    precopy_failed_ = false;
     generation_promoted_ = false;
     StartInfo info;
     info.job = job_json;
@@ -232,39 +331,40 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
 
 Status Master::MigrateServers(const std::vector<int>& members, int64_t step, const std::string& trainer_state) {
   const auto start = Clock::now();
-  TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan,
-                           PlanServers(members, "the servers that hold them now send them to their new owners"));
-  // Every server of either plan takes part: the old ones serve their rows,
-  // the new ones fetch theirs; a leaving server only serves.
-  std::vector<int> involved = members;
+  std::optional<Precopy> pre;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pre = std::move(precopy_);
+    precopy_.reset();
+    precopy_failed_ = false;
+  }
+  // After a precopy to this very plan, only the rows updated since move.
+  int64_t pre_rows = 0, pre_bytes = 0;
+  Status precopied = pre ? pre->Outcome(&pre_rows, &pre_bytes) : Status::NotFound("no precopy");
+  if (pre && precopied.ok() && pre->members != members) {
+    precopied = Status::Aborted("the servers changed since the precopy");
+  }
+  if (pre && !precopied.ok()) {
+    LOG(WARNING) << "the precopy of new backups is not used (" << precopied << "): every row they need moves now";
+  }
+  const bool changed_only = pre && precopied.ok();
+  ShardingPlan plan;
+  if (changed_only) {
+    plan = pre->plan;
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(plan,
+                             PlanServers(members, "the servers that hold them now send them to their new owners"));
+  }
+  std::vector<int> involved;
   std::vector<json> bodies;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!plan_) return Status::FailedPrecondition("no running plan to migrate from");
-    std::vector<std::string> sources, fetchers;
-    for (int m : generation_ps_) {
-      auto it = ps_.find(m);
-      if (it == ps_.end()) return Status::Unavailable(DescribeServer(m) + " was lost before the migration");
-      sources.push_back(it->second.endpoint);
-      if (std::find(involved.begin(), involved.end(), m) == involved.end()) involved.push_back(m);
-    }
-    for (int m : involved) {
-      auto it = ps_.find(m);
-      if (it == ps_.end()) return Status::Unavailable(DescribeServer(m) + " left before the migration");
-      fetchers.push_back(it->second.routing_id);
-    }
-    MigrateRequest req;
-    req.job = job_.ToJson();
-    req.plan = plan.ToJson();
-    req.step = step;
-    req.from_version = plan_->version;
-    req.from_plan = plan_->ToJson();
-    req.sources = sources;
-    req.fetchers = fetchers;
-    for (size_t i = 0; i < involved.size(); ++i) {
-      req.rank = i < members.size() ? static_cast<int>(i) : -1;
-      bodies.push_back(req.ToJson());
-    }
+    TESSERA_RETURN_IF_ERROR(MigrationBodies(plan, members, step,
+                                            changed_only ? MigratePhase::kChanged : MigratePhase::kAll, &involved,
+                                            &bodies));
+  }
+  if (changed_only && involved != pre->involved) {
+    return Status::Internal("the servers of the precopy and of its boundary differ");
   }
   const auto replies = AwaitServerCalls(StartServerCalls(involved, Opcode::kMigrate, bodies, milliseconds(3600000)));
   int64_t rows = 0, bytes = 0;
@@ -280,14 +380,23 @@ Status Master::MigrateServers(const std::vector<int>& members, int64_t step, con
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::cout << "[master] migration at step " << step << ": " << rows << " rows (" << bytes / 1e6
             << " MB) went to their new servers in " << seconds << " s (" << (seconds > 0 ? bytes / 1e6 / seconds : 0)
-            << " MB/s)" << std::endl;
+            << " MB/s)";
+  if (changed_only) {
+    std::cout << ": the rows updated since the precopy, which copied " << pre_rows << " rows (" << pre_bytes / 1e6
+              << " MB) while the job trained";
+  }
+  std::cout << std::endl;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    migration_stats_.push_back({{"step", step},
-                                {"plan_version", plan.version},
-                                {"rows", rows},
-                                {"bytes", bytes},
-                                {"seconds", seconds}});
+    json stats = {{"step", step}, {"plan_version", plan.version}, {"rows", rows}, {"bytes", bytes},
+                  {"seconds", seconds}, {"phase", MigratePhaseName(changed_only ? MigratePhase::kChanged
+                                                                                : MigratePhase::kAll)}};
+    if (changed_only) {
+      stats["precopy"] = {{"rows", pre_rows},
+                          {"bytes", pre_bytes},
+                          {"seconds", std::chrono::duration<double>(Clock::now() - pre->started).count()}};
+    }
+    migration_stats_.push_back(std::move(stats));
   }
   RestorePoint from;
   from.step = step;
@@ -308,6 +417,7 @@ Status Master::EndGenerationForRecovery(const Status& why, std::vector<Responder
   state_ = State::kRecovering;
   ++generation_;
   generation_promoted_ = false;
+  precopy_.reset();
   *at_barrier = barrier_.TakeAll();
   barrier_state_.clear();
   // Steps of the lost generation that not every trainer reported are never
@@ -403,6 +513,8 @@ Status Master::PromoteBackups(int member, const Status& why) {
     generation_ps_ = members;
     plan_ = plan;
     backups_missing_ = true;
+    precopy_.reset();  // toward a plan with the lost server's backups: void
+    precopy_failed_ = false;
     generation_promoted_ = true;
     StartInfo info;
     auto previous = StartInfo::Parse(start_info_);
@@ -425,7 +537,10 @@ Status Master::PromoteBackups(int member, const Status& why) {
   }
   std::cout << "[master] promoted: generation " << plan.version << " on " << members.size()
             << " parameter server(s) in " << std::chrono::duration<double>(Clock::now() - start).count()
-            << " s; new backups at the next step boundary" << std::endl;
+            << " s; new backups "
+            << (job_.runtime.precopy_backups ? "are copied while the job trains, brought up to date at a step boundary"
+                                             : "at the next step boundary")
+            << std::endl;
   return Status::OK();
 }
 

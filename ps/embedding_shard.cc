@@ -1,5 +1,7 @@
 #include "ps/embedding_shard.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <string>
 
@@ -128,11 +130,39 @@ Status EmbeddingShard::Backward(const ForwardContextEntry& ctx, const float* gra
 }
 
 Status EmbeddingShard::Apply(std::span<const int64_t> ids, const float* grad_rows) {
+  std::shared_lock<std::shared_mutex> applying(apply_mu_);
+  if (tracking_.load(std::memory_order_acquire)) {
+    // Before the update: a copy that reads the row after this point is
+    // sent it again anyway.
+    std::lock_guard<std::mutex> lock(changed_mu_);
+    changed_.insert(changed_.end(), ids.begin(), ids.end());
+  }
   const int dim = cols();
   if (DeviceRowStore* tier = store_->device_tier()) return tier->Apply(optimizer_, dim, ids, grad_rows);
   return store_->Update(ids, [&](float* const* rows, int64_t n) {
     kernels::ApplySparseOptimizerCpu(optimizer_, dim, rows, grad_rows, n);
   });
+}
+
+void EmbeddingShard::TrackChanges(bool on) {
+  std::unique_lock<std::shared_mutex> no_update_in_flight(apply_mu_);
+  std::lock_guard<std::mutex> lock(changed_mu_);
+  changed_.clear();
+  changed_.shrink_to_fit();
+  tracking_.store(on, std::memory_order_release);
+}
+
+std::vector<int64_t> EmbeddingShard::ChangedIds(int64_t begin, int64_t end) const {
+  std::vector<int64_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(changed_mu_);
+    for (int64_t id : changed_) {
+      if (id >= begin && id < end) ids.push_back(id);
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
 }
 
 }  // namespace tessera

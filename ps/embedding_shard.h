@@ -4,8 +4,11 @@
 // (ps/device_row_store.h) and on the CPU otherwise. No sockets, no threads of its own: ps_service.h drives it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -74,6 +77,16 @@ class EmbeddingShard {
   // The initial full row of `id` (weights of this shard's columns + state).
   void InitRow(int64_t id, float* row) const;
 
+  // While on, Apply remembers the ids it updates: a copy of the shard taken
+  // while it trains (a backup built in the background) is made equal later
+  // by copying only these rows again. Turning it on forgets what was
+  // remembered.
+  void TrackChanges(bool on);
+  bool tracking_changes() const { return tracking_.load(std::memory_order_acquire); }
+  // The ids updated since tracking was turned on that lie in [begin, end),
+  // sorted, each once.
+  std::vector<int64_t> ChangedIds(int64_t begin, int64_t end) const;
+
  private:
   EmbeddingShard(const ShardSpec& spec, const TableConfig& table) : spec_(spec), table_(table) {}
 
@@ -83,6 +96,12 @@ class EmbeddingShard {
   kernels::SparseOptimizerConfig optimizer_;
   kernels::RowInitializer initializer_;
   std::unique_ptr<RowStore> store_;
+  // Apply holds it shared throughout; TrackChanges exclusively, so that no
+  // update that began before tracking did goes unrecorded.
+  std::shared_mutex apply_mu_;
+  std::atomic<bool> tracking_{false};
+  mutable std::mutex changed_mu_;
+  std::vector<int64_t> changed_;  // GUARDED_BY(changed_mu_): in update order, repeats included
 };
 
 }  // namespace tessera

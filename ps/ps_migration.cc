@@ -43,12 +43,17 @@ void PsService::EndMigration() {
   migration_cancel_ = true;
   if (migration_thread_.joinable()) migration_thread_.join();
   migration_cancel_ = false;
-  std::lock_guard<std::mutex> lock(mu_);
-  migration_.reset();  // what it staged is dropped (its files removed)
+  std::shared_ptr<const ShardMap> shards;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    migration_.reset();  // what it staged is dropped (its files removed)
+    shards = shards_;
+  }
+  // A precopy's sources stop remembering updated rows.
+  for (const auto& [id, shard] : *shards) shard->TrackChanges(false);
 }
 
 void PsService::Migrate(const MigrateRequest& req, std::function<void(StatusOr<json>)> done) {
-  EndMigration();
   auto job = ParseJobConfigJson(req.job, "");
   if (!job.ok()) return done(job.status().WithContext("MIGRATE job config"));
   auto plan = ShardingPlan::FromJson(req.plan);
@@ -77,7 +82,7 @@ void PsService::Migrate(const MigrateRequest& req, std::function<void(StatusOr<j
                                           " which the job lacks"));
     }
   }
-  std::vector<ShardSpec> stage;
+  if (req.phase == MigratePhase::kChanged) return MigrateChanged(req, *job, *plan, *from, mine, std::move(done));
   {
     std::lock_guard<std::mutex> lock(mu_);
     // A server of the running plan serves it; a new one holds nothing yet.
@@ -85,28 +90,92 @@ void PsService::Migrate(const MigrateRequest& req, std::function<void(StatusOr<j
       return done(Status::FailedPrecondition("MIGRATE from plan version " + std::to_string(from->version) +
                                              ": this server follows version " + std::to_string(plan_version_)));
     }
+  }
+  EndMigration();
+  std::vector<ShardSpec> stage;
+  if (req.phase == MigratePhase::kPrecopy) {
+    // Before any FETCH_ROWS is served (they are refused until migration_
+    // is set below): every update from here on is remembered, so that the
+    // rows copied while the job trains can be made current later.
+    for (const auto& [id, shard] : *Shards()) shard->TrackChanges(true);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     const std::map<uint32_t, uint32_t> kept = MatchKept(*shards_, mine);
     for (const ShardSpec& spec : mine) {
       if (kept.count(spec.shard_id) == 0) stage.push_back(spec);
     }
     Migration m;
+    m.phase = req.phase;
     m.from_version = from->version;
     m.to_version = plan->version;
     m.step = req.step;
     m.fetchers = req.fetchers;
     migration_ = std::move(m);
   }
+  StartFetching(req, *job, *plan, *from, mine, std::move(stage), ShardMap{}, std::move(done));
+}
+
+void PsService::MigrateChanged(const MigrateRequest& req, const JobConfig& job, const ShardingPlan& to,
+                               const ShardingPlan& from, const std::vector<ShardSpec>& mine,
+                               std::function<void(StatusOr<json>)> done) {
+  std::vector<ShardSpec> stage;
+  ShardMap staged;
   std::lock_guard<std::mutex> guard(migration_mu_);
-  migration_thread_ = std::thread([this, req, job = *job, plan = *plan, from = *from, mine, stage = std::move(stage),
-                                   done = std::move(done)]() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Only on top of a precopy to this very plan that finished well; the
+    // job has trained since, so its copies are made current now.
+    if (!migration_ || migration_->phase != MigratePhase::kPrecopy || !migration_->finished ||
+        !migration_->status.ok() || migration_->to_version != to.version ||
+        migration_->from_version != from.version || (job_ && plan_version_ != from.version)) {
+      return done(Status::FailedPrecondition("MIGRATE {phase: changed} to plan version " +
+                                             std::to_string(to.version) +
+                                             ": no finished precopy to that plan on this server"));
+    }
+    for (const ShardSpec& spec : mine) {
+      if (auto it = migration_->staged.find(spec.shard_id); it != migration_->staged.end()) {
+        stage.push_back(spec);
+        staged[spec.shard_id] = it->second;
+      }
+    }
+    migration_->phase = MigratePhase::kChanged;
+    migration_->step = req.step;
+    migration_->fetchers = req.fetchers;
+    migration_->finished = false;
+    migration_->fetch_ids.clear();
+  }
+  // The precopy's thread has ended (it was finished).
+  if (migration_thread_.joinable()) migration_thread_.join();
+  StartFetchingLocked(req, job, to, from, mine, std::move(stage), std::move(staged), std::move(done));
+}
+
+void PsService::StartFetching(const MigrateRequest& req, const JobConfig& job, const ShardingPlan& plan,
+                              const ShardingPlan& from, const std::vector<ShardSpec>& mine,
+                              std::vector<ShardSpec> stage, ShardMap staged,
+                              std::function<void(StatusOr<json>)> done) {
+  std::lock_guard<std::mutex> guard(migration_mu_);
+  StartFetchingLocked(req, job, plan, from, mine, std::move(stage), std::move(staged), std::move(done));
+}
+
+void PsService::StartFetchingLocked(const MigrateRequest& req, const JobConfig& job, const ShardingPlan& plan,
+                                    const ShardingPlan& from, const std::vector<ShardSpec>& mine,
+                                    std::vector<ShardSpec> stage, ShardMap staged,
+                                    std::function<void(StatusOr<json>)> done) {
+  migration_thread_ = std::thread([this, req, job, plan, from, mine, stage = std::move(stage),
+                                   staged = std::move(staged), done = std::move(done)]() {
     const auto start = Clock::now();
     // Files of a staged store are named apart from the running plan's.
     const std::string instance = "v" + std::to_string(plan.version);
     std::vector<std::shared_ptr<EmbeddingShard>> shards(stage.size());
     std::vector<int64_t> rows(stage.size(), 0), bytes(stage.size(), 0);
     Status st = ForEachShardInParallel(stage.size(), [&](size_t i) -> Status {
-      TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddingShard> shard, NewShard(job, mine, stage[i], instance));
-      shards[i] = std::move(shard);
+      if (auto it = staged.find(stage[i].shard_id); it != staged.end()) {
+        shards[i] = it->second;  // a precopy's: only the changed rows come again
+      } else {
+        TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddingShard> shard, NewShard(job, mine, stage[i], instance));
+        shards[i] = std::move(shard);
+      }
       return FetchShard(req, from, shards[i].get(), &rows[i], &bytes[i])
           .WithContext("staging shard " + std::to_string(stage[i].shard_id) + " of plan version " +
                        std::to_string(plan.version));
@@ -127,12 +196,14 @@ void PsService::Migrate(const MigrateRequest& req, std::function<void(StatusOr<j
         }
       }
     }
+    const std::string what = std::string(" (") + MigratePhaseName(req.phase) + ")";
     if (!st.ok()) {
-      LOG(ERROR) << "ps " << ps_rank_.load() << ": migration to plan version " << plan.version << " failed: " << st;
+      LOG(ERROR) << "ps " << ps_rank_.load() << ": migration to plan version " << plan.version << what
+                 << " failed: " << st;
       done(st);
       return;
     }
-    LOG(INFO) << "ps " << ps_rank_.load() << ": migration to plan version " << plan.version << ": staged "
+    LOG(INFO) << "ps " << ps_rank_.load() << ": migration to plan version " << plan.version << what << ": staged "
               << stage.size() << " shard(s), " << total_rows << " rows (" << total_bytes << " bytes) fetched in "
               << seconds << " s";
     done(json{{"shards", stage.size()}, {"rows", total_rows}, {"bytes", total_bytes}, {"seconds", seconds}});
@@ -165,6 +236,7 @@ Status PsService::FetchShard(const MigrateRequest& req, const ShardingPlan& from
     q.row_begin = lo;
     q.row_end = hi;
     q.max_rows = std::max<int64_t>(1, fetch_reply_bytes_ / (width * static_cast<int64_t>(sizeof(float))));
+    q.changed = req.phase == MigratePhase::kChanged;
     const auto asked_from = Clock::now();
     for (;;) {
       if (migration_cancel_) return Status::Cancelled("the migration was cancelled");
@@ -215,8 +287,9 @@ void PsService::HandleFetchRows(Message&& m, Responder r) {
   }
   std::shared_ptr<EmbeddingShard> shard;
   std::shared_ptr<const std::vector<int64_t>> sorted;  // of the range, once scanned
-  const auto range = std::make_tuple(static_cast<uint32_t>(req->shard), req->row_begin, req->row_end);
+  const auto range = std::make_tuple(static_cast<uint32_t>(req->shard), req->row_begin, req->row_end, req->changed);
   int64_t step = 0;
+  bool at_boundary = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
     // Only the servers a migration names may fetch, and only during it.
@@ -243,8 +316,14 @@ void PsService::HandleFetchRows(Message&& m, Responder r) {
       ++errors_;
       return r.ReplyError(Status::NotFound("FETCH_ROWS: no shard " + std::to_string(req->shard) + " on this server"));
     }
+    if (req->changed && migration_->phase != MigratePhase::kChanged) {
+      ++errors_;
+      return r.ReplyError(Status::FailedPrecondition("FETCH_ROWS {changed}: no migration of changed rows runs on "
+                                                     "this server"));
+    }
     shard = it->second;
     step = migration_->step;
+    at_boundary = migration_->phase != MigratePhase::kPrecopy;
     if (auto cached = migration_->fetch_ids.find(range); cached != migration_->fetch_ids.end()) {
       sorted = cached->second;
     }
@@ -258,16 +337,27 @@ void PsService::HandleFetchRows(Message&& m, Responder r) {
                                            std::to_string(spec.row_offset) + ", " +
                                            std::to_string(spec.row_offset + spec.num_rows) + "))"));
   }
-  // Sync mode: the boundary's last push may still be being applied.
-  if (Status applied = gate_.WaitApplied(static_cast<uint64_t>(step), std::chrono::minutes(1)); !applied.ok()) {
-    return r.ReplyError(applied.WithContext("FETCH_ROWS"));
+  // Sync mode: the boundary's last push may still be being applied. (A
+  // precopy copies while the job trains: what changes meanwhile comes again.)
+  if (at_boundary) {
+    if (Status applied = gate_.WaitApplied(static_cast<uint64_t>(step), std::chrono::minutes(1)); !applied.ok()) {
+      return r.ReplyError(applied.WithContext("FETCH_ROWS"));
+    }
   }
   RowStore* store = shard->store();
   const int width = store->row_width();
   // Pages of fetch_reply_bytes at most: small enough to stay far under the
   // frame limit and keep this server's reply buffer modest.
   const int64_t cap = std::min<int64_t>(req->max_rows, std::max<int64_t>(1, fetch_reply_bytes_ / (width * 4)));
-  if (sorted == nullptr) {
+  if (sorted == nullptr && req->changed) {
+    if (!shard->tracking_changes()) {
+      return r.ReplyError(Status::FailedPrecondition("FETCH_ROWS {changed}: shard " + std::to_string(req->shard) +
+                                                     " has not remembered its updates since a precopy"));
+    }
+    sorted = std::make_shared<const std::vector<int64_t>>(shard->ChangedIds(req->row_begin, req->row_end));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (migration_ && migration_->from_version == req->version) migration_->fetch_ids[range] = sorted;
+  } else if (sorted == nullptr) {
     // The first page of a range scans the shard (for a RocksDB-backed one,
     // its whole database) once; the later pages reuse what it found.
     auto found = std::make_shared<std::vector<int64_t>>();

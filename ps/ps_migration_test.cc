@@ -312,6 +312,95 @@ TEST_P(MigrationTest, RowsAndOptimizerStateMoveAndTrainOnAsIfNothingMoved) {
   }
 }
 
+// A precopy runs while the job trains; at the boundary only the rows
+// updated since it began move again, and the result is bit for bit what a
+// server where nothing moved holds.
+TEST_P(MigrationTest, PrecopyWhileTrainingThenOnlyTheChangedRowsMove) {
+  const JobConfig job = MakeJob();
+  const ShardingPlan one = OnePlan(), two = TwoPlan();
+  Node* a = AddNode("a");
+  Node* reference = AddNode("reference");
+  ASSERT_TRUE(a->service->CreateShards(job, one).ok());
+  ASSERT_TRUE(reference->service->CreateShards(job, one).ok());
+  Train({a}, one, 0, 5);
+  Train({reference}, one, 0, 5);
+  Node* b = AddNode("b");
+  b->service->set_rank(1);
+
+  // Steps 5..9 train table b only (shard 1 of plan one), during the precopy:
+  // its pages (a few rows each) interleave with the pushes.
+  auto train_b = [&](Node* n, uint64_t first, uint64_t last) {
+    for (uint64_t step = first; step < last; ++step) {
+      Status st = LookupAll(n, one, {1}, step);
+      if (st.ok()) st = PushAll(n, one, {1}, step, 0.1f * static_cast<float>(step));
+      if (!st.ok()) return st;
+    }
+    return Status::OK();
+  };
+  auto pre_a = Migration(one, two, 0, {a}, {a, b}, 5);
+  auto pre_b = Migration(one, two, 1, {a}, {a, b}, 5);
+  pre_a.phase = pre_b.phase = MigratePhase::kPrecopy;
+  std::promise<StatusOr<json>> on_a;
+  a->service->Migrate(pre_a, [&](StatusOr<json> r) { on_a.set_value(std::move(r)); });
+  auto training = std::async(std::launch::async, [&] { return train_b(a, 5, 10); });
+  auto got_b = RunMigrate(b, pre_b);
+  auto got_a = on_a.get_future().get();
+  ASSERT_TRUE(got_a.ok()) << got_a.status();
+  ASSERT_TRUE(got_b.ok()) << got_b.status();
+  EXPECT_EQ((*got_b)["rows"], 50 + 50);
+  Status trained = training.get();
+  ASSERT_TRUE(trained.ok()) << trained;
+  ASSERT_TRUE(train_b(reference, 5, 10).ok());
+  // A fetch of changed rows before the boundary's MIGRATE is refused.
+  {
+    FetchRowsRequest q;
+    q.version = 1;
+    q.shard = 1;
+    q.row_end = 50;
+    q.max_rows = 10;
+    q.changed = true;
+    auto reply = Call(a, EncodeJson(Opcode::kFetchRows, q.ToJson()));
+    EXPECT_EQ(reply.status().code(), StatusCode::kFailedPrecondition) << reply.status();
+  }
+
+  // The boundary at step 10: table b's 50 rows changed, table a's none.
+  auto changed_a = Migration(one, two, 0, {a}, {a, b}, 10);
+  auto changed_b = Migration(one, two, 1, {a}, {a, b}, 10);
+  changed_a.phase = changed_b.phase = MigratePhase::kChanged;
+  std::promise<StatusOr<json>> on_a2;
+  a->service->Migrate(changed_a, [&](StatusOr<json> r) { on_a2.set_value(std::move(r)); });
+  got_b = RunMigrate(b, changed_b);
+  got_a = on_a2.get_future().get();
+  ASSERT_TRUE(got_a.ok()) << got_a.status();
+  ASSERT_TRUE(got_b.ok()) << got_b.status();
+  EXPECT_EQ((*got_b)["rows"], 50);  // b's columns 0..1 of table b's rows
+  EXPECT_EQ((*got_a)["rows"], 50);  // table b's column 2, which a re-cuts for itself
+
+  ASSERT_TRUE(a->service->CreateShards(job, two, {}, /*keep=*/true, /*staged=*/2).ok());
+  ASSERT_TRUE(b->service->CreateShards(job, two, {}, /*keep=*/true, /*staged=*/2).ok());
+  for (int t = 0; t < 2; ++t) EXPECT_EQ(Table({a, b}, two, t, 10), Table({reference}, one, t, 10)) << "table " << t;
+  Train({a, b}, two, 10, 3);
+  Train({reference}, one, 10, 3);
+  for (int t = 0; t < 2; ++t) EXPECT_EQ(Table({a, b}, two, t, 13), Table({reference}, one, t, 13)) << "table " << t;
+}
+
+// A `changed` migration needs a finished precopy to the same plan.
+TEST_P(MigrationTest, ChangedRowsWithoutAPrecopyAreRefused) {
+  const JobConfig job = MakeJob();
+  const ShardingPlan one = OnePlan(), two = TwoPlan();
+  Node* a = AddNode("a");
+  ASSERT_TRUE(a->service->CreateShards(job, one).ok());
+  auto changed = Migration(one, two, 0, {a}, {a}, 3);
+  changed.phase = MigratePhase::kChanged;
+  auto got = RunMigrate(a, changed);
+  EXPECT_EQ(got.status().code(), StatusCode::kFailedPrecondition) << got.status();
+  // A plain migration to the plan leaves no precopy either.
+  auto all = Migration(one, two, 0, {a}, {a}, 3);
+  ASSERT_TRUE(RunMigrate(a, all).ok());
+  got = RunMigrate(a, changed);
+  EXPECT_EQ(got.status().code(), StatusCode::kFailedPrecondition) << got.status();
+}
+
 // 2 -> 1: a leaving server (rank -1) serves its rows and stages nothing.
 TEST_P(MigrationTest, ALeavingServerHandsItsRowsOver) {
   const JobConfig job = MakeJob();

@@ -207,6 +207,8 @@ Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, c
     start_step = restore.value("step", int64_t{0});
   }
   for (auto& [id, shard] : created) (*shards)[id] = std::move(shard);
+  // A precopy's sources remembered their updates until now.
+  for (auto& [id, shard] : *shards) shard->TrackChanges(false);
   if (keep) {
     LOG(INFO) << "ps " << ps_rank_.load() << ": kept " << kept << " shard(s) as they were, "
               << (staged != 0 ? "took " + std::to_string(from_migration.size()) + " from the migration"
@@ -235,6 +237,9 @@ Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, c
 }
 
 Status PsService::Promote(const ShardingPlan& plan, int rank) {
+  // A server was lost: a migration (a precopy of new backups) toward the
+  // plan it belonged to is void.
+  EndMigration();
   const std::vector<ShardSpec> mine = plan.HeldBy(rank);
   std::lock_guard<std::mutex> lock(mu_);
   if (!job_) return Status::FailedPrecondition("PROMOTE: no shards created on this server yet");

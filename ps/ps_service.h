@@ -121,6 +121,10 @@ class PsService {
   // shards to req.fetchers. Runs on its own thread; `done` is called once,
   // with the rows and bytes fetched, or the error. A later Migrate or
   // CreateShards cancels one that still runs and drops what it staged.
+  // Phases (MigratePhase): a precopy runs while the job trains and has this
+  // server, as a source, remember the rows it updates from then on; a
+  // `changed` migration after it, at a boundary, fetches only those again
+  // into what the precopy staged.
   void Migrate(const MigrateRequest& req, std::function<void(StatusOr<nlohmann::json>)> done);
   // Cancels and joins a migration that runs, and drops what one staged.
   // Before the service's call_server goes away.
@@ -197,6 +201,7 @@ class PsService {
 
   // A migration (ps/ps_migration.cc).
   struct Migration {
+    MigratePhase phase = MigratePhase::kAll;
     uint32_t from_version = 0, to_version = 0;
     int64_t step = 0;
     std::vector<std::string> fetchers;  // routing ids
@@ -206,8 +211,23 @@ class PsService {
     // The ids, sorted, of each (shard, row_begin, row_end) a fetcher pages
     // through: one scan of the shard's rows serves all its pages (its rows
     // do not change while the migration runs: training waits for it).
-    std::map<std::tuple<uint32_t, int64_t, int64_t>, std::shared_ptr<const std::vector<int64_t>>> fetch_ids;
+    // Keyed also by `changed` (the rows updated since the precopy only).
+    std::map<std::tuple<uint32_t, int64_t, int64_t, bool>, std::shared_ptr<const std::vector<int64_t>>> fetch_ids;
   };
+  // MIGRATE {phase: changed}: fetches again, into the shards a precopy to
+  // the same plan staged, the rows their sources updated since.
+  void MigrateChanged(const MigrateRequest& req, const JobConfig& job, const ShardingPlan& to,
+                      const ShardingPlan& from, const std::vector<ShardSpec>& mine,
+                      std::function<void(StatusOr<nlohmann::json>)> done);
+  // Runs the fetches of a migration into `stage` on the migration thread,
+  // then marks the migration finished and calls done.
+  void StartFetching(const MigrateRequest& req, const JobConfig& job, const ShardingPlan& plan,
+                     const ShardingPlan& from, const std::vector<ShardSpec>& mine, std::vector<ShardSpec> stage,
+                     ShardMap staged, std::function<void(StatusOr<nlohmann::json>)> done);
+  void StartFetchingLocked(const MigrateRequest& req, const JobConfig& job, const ShardingPlan& plan,
+                           const ShardingPlan& from, const std::vector<ShardSpec>& mine,
+                           std::vector<ShardSpec> stage, ShardMap staged,
+                           std::function<void(StatusOr<nlohmann::json>)> done);  // REQUIRES: migration_mu_ held
   // Serves FETCH_ROWS: rows of a shard of the running plan to a server
   // of the migration.
   void HandleFetchRows(Message&& m, Responder r);
