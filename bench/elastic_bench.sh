@@ -5,7 +5,7 @@
 #   bench/elastic_bench.sh [--mode async|sync] [--parts "add fail"]
 #       [--add_at 300] [--add_steps 700] [--fail_steps 500] [--every 100] [--kill_at 250]
 #       [--heartbeat_ms 500] [--peer_timeout_ms 1500] [--connection_loss_ms N]
-#       [--cache cold|warm] [--timeout_s 900]
+#       [--cache cold|warm] [--timeout_s 900] [--precopy true|false]
 #
 # The job is W2 of bench/e2e_bench.sh (bench/configs/w2.json: 8 tables of
 # 200,000 rows x 64, SGD, 2 trainers, batch 512 bags of 20 Zipf(1.05) ids per
@@ -41,6 +41,8 @@
 #         Both `cat` rates are printed. Dropping the page cache is
 #         machine-wide: other jobs on the machine feel it too.
 #
+# --precopy sets runtime.precopy (default true): the added server copies its
+# rows while the job trains, and the boundary moves only those updated since.
 # The runtime timeouts are what a user wanting fast detection would set:
 # heartbeat_ms 500 (the default) and peer_timeout_ms 1500 (three heartbeats;
 # the default is 10000); runtime.connection_loss_ms (a server whose connection
@@ -66,6 +68,7 @@ PEER_TIMEOUT_MS=1500
 CONNECTION_LOSS_MS=""
 CACHE=cold
 TIMEOUT_S=900
+PRECOPY=true
 while [ $# -gt 0 ]; do
   case "$1" in
     --mode) MODE="$2"; shift 2 ;;
@@ -80,6 +83,7 @@ while [ $# -gt 0 ]; do
     --connection_loss_ms) CONNECTION_LOSS_MS="$2"; shift 2 ;;
     --cache) CACHE="$2"; shift 2 ;;
     --timeout_s) TIMEOUT_S="$2"; shift 2 ;;
+    --precopy) PRECOPY="$2"; shift 2 ;;
     *) echo "elastic_bench: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -359,6 +363,10 @@ def analyze_add(run_dir, add_at, t_add, examples_per_step, mode):
     t_plan, _ = first(m, r"plan version 2 on")
     t_mig, mig = first(m, r"migration at step (\d+): (\d+) rows \(([\d.e+-]+) MB\) went to their new servers "
                           r"in ([\d.e+-]+) s")
+    _, pre = first(m, r"the rows updated since the precopy, which copied (\d+) rows \(([\d.e+-]+) MB\)")
+    # With a precopy the plan comes before the boundary (the copy runs while
+    # the job trains): the pause's parts start at the trainers' stop.
+    t_start = max(t_plan, g1[last1]) if t_plan else None
     moved_elements = int(plan.group(3)) if plan else None
     moved_mb = int(plan.group(6)) if plan else None
     dim = 64
@@ -387,10 +395,13 @@ def analyze_add(run_dir, add_at, t_add, examples_per_step, mode):
         "trainer_phases_ms_before": phases(1, warm, min(add_at, last1)),
         "trainer_phases_ms_after": phases(2, change + warm_after, end),
         "gap_s": round(gap, 3), "pause_s": round(pause, 3),
-        "pause_split_s": {"stop_and_plan": round(t_plan - g1[last1], 3) if t_plan else None,
-                          "migration": round(t_mig - t_plan, 3) if t_mig and t_plan else None,
+        "pause_split_s": {"stop_and_plan": round(t_start - g1[last1], 3) if t_start else None,
+                          "migration": round(t_mig - t_start, 3) if t_mig and t_start else None,
                           "swap": round(t_gen - t_mig, 3) if t_gen and t_mig else None,
                           "trainers_restart_and_first_step": round(g2[first2] - t_gen, 3) if t_gen else None},
+        "precopy_rows": int(pre.group(1)) if pre else None,
+        "precopy_MB": float(pre.group(2)) if pre else None,
+        "precopy_started_s_before_the_stop": round(g1[last1] - t_plan, 3) if pre and t_plan else None,
         "migration_rows": int(mig.group(2)) if mig else None,
         "migration_MB": float(mig.group(3)) if mig else None,
         "migration_s": float(mig.group(4)) if mig else None,
@@ -469,12 +480,12 @@ if __name__ == "__main__":
     elif cmd == "analyze_fail":
         print(json.dumps(analyze_fail(args[0], float(args[1]), int(args[2]), args[3], int(args[4]))))
     elif cmd == "config":
-        src, dst, ps, steps, mode, ckpt, every, keep, hb, timeout, loss = args
+        src, dst, ps, steps, mode, ckpt, every, keep, hb, timeout, loss, precopy = args
         c = json.load(open(src))
         c["cluster"]["num_ps"] = int(ps)
         c["training"].update(steps=int(steps), consistency=mode, log_every=1)
         c["checkpoint"] = {"dir": ckpt, "every_steps": int(every), "keep": int(keep)}
-        c["runtime"] = {"heartbeat_ms": int(hb), "peer_timeout_ms": int(timeout)}
+        c["runtime"] = {"heartbeat_ms": int(hb), "peer_timeout_ms": int(timeout), "precopy": precopy == "true"}
         if loss:
             c["runtime"]["connection_loss_ms"] = int(loss)
         json.dump(c, open(dst, "w"), indent=2)
@@ -546,12 +557,12 @@ cfg() {  # part servers steps every keep -> config path
   mkdir -p "$dir"
   rm -rf "$dir/ckpt"
   python3 "$HELPER" config "$ROOT/bench/configs/w2.json" "$dir/job.json" "$2" "$3" "$MODE" "$dir/ckpt" "$4" "$5" \
-    "$HEARTBEAT_MS" "$PEER_TIMEOUT_MS" "$CONNECTION_LOSS_MS"
+    "$HEARTBEAT_MS" "$PEER_TIMEOUT_MS" "$CONNECTION_LOSS_MS" "$PRECOPY"
   echo "$dir/job.json"
 }
 
 EXAMPLES_PER_STEP=$((2 * 512))
-echo "elastic_bench: mode $MODE, heartbeat_ms $HEARTBEAT_MS, peer_timeout_ms $PEER_TIMEOUT_MS," \
+echo "elastic_bench: mode $MODE, precopy $PRECOPY, heartbeat_ms $HEARTBEAT_MS, peer_timeout_ms $PEER_TIMEOUT_MS," \
   "connection_loss_ms ${CONNECTION_LOSS_MS:-default}," \
   "$(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 FAILED=0

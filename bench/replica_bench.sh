@@ -5,7 +5,7 @@
 # replicas 2 on 3 servers where a server is killed (SIGKILL) mid-job, timed
 # from the kill to the master's "promoted" line and to the next step, and
 # the pause at the boundary that gives the plan its backups back, with and
-# without runtime.precopy_backups.
+# without runtime.precopy.
 #
 #   bench/replica_bench.sh [--steps N] [--repeats R] [--mode sync|async]
 #
@@ -60,14 +60,14 @@ done
 
 # Failover: 3 servers, replicas 2, a server killed once training runs;
 # twice: with the new backups copied while the job trains (the default,
-# runtime.precopy_backups) and without (the boundary moves all their rows).
-failover() {  # precopy_backups (true|false)
+# runtime.precopy) and without (the boundary moves all their rows).
+failover() {  # precopy (true|false)
   local run="$OUT/run_failover_$1"
   config 2 100000 "$OUT/failover_$1.json" "$OUT/ckpt_$1"
   python3 - "$OUT/failover_$1.json" "$1" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
-c["runtime"]["precopy_backups"] = sys.argv[2] == "true"
+c["runtime"]["precopy"] = sys.argv[2] == "true"
 json.dump(c, open(sys.argv[1], "w"), indent=2)
 PY
   "$ROOT/scripts/launch_local.sh" --ps 3 --trainers 2 --config "$OUT/failover_$1.json" --run_dir "$run" \
@@ -93,7 +93,7 @@ PY
   kill -TERM "$LAUNCHER" 2>/dev/null || true
   wait "$LAUNCHER" 2>/dev/null || true
   echo
-  echo "precopy_backups: $1"
+  echo "precopy: $1"
   grep -F "[master] lost" "$run/master.log" | cut -c1-160 || true
   grep -F "[master] promoted" "$run/master.log" || true
   grep -F "[master] migration at step" "$run/master.log" || true

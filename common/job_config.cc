@@ -377,7 +377,7 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
     JsonFields rf(*rt, "runtime");
     TESSERA_RETURN_IF_ERROR(rf.OnlyKeys(
         {"heartbeat_ms", "peer_timeout_ms", "connection_loss_ms", "rpc_timeout_ms", "context_ttl_ms", "collective_timeout_ms",
-         "recover_lost_servers", "precopy_backups", "replacement_wait_ms", "max_recoveries",
+         "recover_lost_servers", "precopy", "replacement_wait_ms", "max_recoveries",
          "recover_lost_trainers", "trainer_replacement_wait_ms", "master_reconnect_ms", "stall_timeout_ms"}));
     TESSERA_RETURN_IF_ERROR(rf.Int("heartbeat_ms", &c.runtime.heartbeat_ms, false, 10, 600000));
     TESSERA_RETURN_IF_ERROR(rf.Int("peer_timeout_ms", &c.runtime.peer_timeout_ms, false, 100, 86400000));
@@ -386,7 +386,7 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
     TESSERA_RETURN_IF_ERROR(rf.Int("context_ttl_ms", &c.runtime.context_ttl_ms, false, 100, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Int("collective_timeout_ms", &c.runtime.collective_timeout_ms, false, 100, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Bool("recover_lost_servers", &c.runtime.recover_lost_servers, false));
-    TESSERA_RETURN_IF_ERROR(rf.Bool("precopy_backups", &c.runtime.precopy_backups, false));
+    TESSERA_RETURN_IF_ERROR(rf.Bool("precopy", &c.runtime.precopy, false));
     TESSERA_RETURN_IF_ERROR(rf.Int("replacement_wait_ms", &c.runtime.replacement_wait_ms, false, 0, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Bool("recover_lost_trainers", &c.runtime.recover_lost_trainers, false));
     TESSERA_RETURN_IF_ERROR(
@@ -523,7 +523,7 @@ json JobConfig::ToJson() const {
         {"context_ttl_ms", runtime.context_ttl_ms},
         {"collective_timeout_ms", runtime.collective_timeout_ms},
         {"recover_lost_servers", runtime.recover_lost_servers},
-        {"precopy_backups", runtime.precopy_backups},
+        {"precopy", runtime.precopy},
         {"replacement_wait_ms", runtime.replacement_wait_ms},
         {"max_recoveries", runtime.max_recoveries},
         {"connection_loss_ms", runtime.connection_loss_ms},

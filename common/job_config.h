@@ -156,10 +156,11 @@ struct RuntimeConfig {
   // checkpoint (or to step 0 without one) on the other servers plus any
   // that registered. false: the job ends with an error instead.
   bool recover_lost_servers = true;
-  // With replicas: new backups after a promotion are copied while the job
-  // trains, and the next step boundary moves only the rows updated since
-  // (a shorter pause). false: the boundary moves every row they need.
-  bool precopy_backups = true;
+  // A change of the servers (one added or leaving, new backups after a
+  // promotion) copies the rows that move while the job trains, and the
+  // step boundary then moves only the rows updated since (a shorter
+  // pause). false: the boundary moves every row.
+  bool precopy = true;
   // How long a recovery waits for a replacement server to register before
   // it goes on with the survivors (0: at once; a later one is added).
   int64_t replacement_wait_ms = 0;

@@ -62,13 +62,15 @@ Movement Moved(const JobConfig& job, const ShardingPlan& old_plan, const std::ve
 }  // namespace
 
 bool Master::ServerChangePending() const {
+  bool change = backups_missing_;
   for (const auto& [id, p] : ps_) {
     const bool in_generation = std::find(generation_ps_.begin(), generation_ps_.end(), id) != generation_ps_.end();
-    if (p.leaving || !in_generation) return true;
+    if (p.leaving || !in_generation) change = true;
   }
-  // New backups: once their precopy is done (or could not be made), the
-  // boundary brings them up to date.
-  return backups_missing_ && (!precopy_ || precopy_->Finished());
+  // A precopy toward the servers there are now runs first; the boundary
+  // then brings its copies up to date.
+  if (change && precopy_ && !precopy_->Finished() && precopy_->members == NextServers()) return false;
+  return change;
 }
 
 bool Master::Precopy::Finished() const {
@@ -129,24 +131,21 @@ void Master::MaybeStartPrecopy() {
   std::vector<int> members;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!job_.runtime.precopy_backups || !backups_missing_ || precopy_ || precopy_failed_ ||
-        state_ != State::kRunning || !plan_) {
+    if (!job_.runtime.precopy || precopy_failed_ || state_ != State::kRunning || !plan_ ||
+        !ServerChangePending()) {
       return;
     }
-    for (const auto& [id, p] : ps_) {
-      const bool in_generation = std::find(generation_ps_.begin(), generation_ps_.end(), id) != generation_ps_.end();
-      if (p.leaving || !in_generation) return;  // a change that moves rows anyway: no precopy
-    }
     members = NextServers();
+    if (precopy_ && precopy_->members == members) return;  // running or done, for these servers
   }
   auto fail = [&](const Status& why) {
     std::lock_guard<std::mutex> lock(mu_);
     precopy_failed_ = true;
-    LOG(WARNING) << "new backups cannot be copied while the job trains (" << why
-                 << "); they are made at the next step boundary";
+    LOG(WARNING) << "the rows that change servers cannot be copied while the job trains (" << why
+                 << "); they move at the next step boundary";
   };
-  auto plan = PlanServers(members, "new backups are copied while the job trains; at the next boundary only the "
-                                   "rows updated meanwhile move again");
+  auto plan = PlanServers(members, "they are copied while the job trains; at the next boundary only the rows "
+                                   "updated meanwhile move again");
   if (!plan.ok()) return fail(plan.status());
   Precopy pre;
   pre.plan = *plan;
@@ -156,14 +155,14 @@ void Master::MaybeStartPrecopy() {
     std::lock_guard<std::mutex> lock(mu_);
     if (Status st = MigrationBodies(*plan, members, 0, MigratePhase::kPrecopy, &pre.involved, &bodies); !st.ok()) {
       precopy_failed_ = true;
-      LOG(WARNING) << "no precopy of new backups: " << st;
+      LOG(WARNING) << "no precopy of the rows that change servers: " << st;
       return;
     }
   }
   pre.started = Clock::now();
   pre.calls = StartServerCalls(pre.involved, Opcode::kMigrate, bodies, milliseconds(3600000));
   std::lock_guard<std::mutex> lock(mu_);
-  LOG(INFO) << "copying new backups while the job trains (plan version " << plan->version << ")";
+  LOG(INFO) << "copying the rows that change servers while the job trains (plan version " << plan->version << ")";
   precopy_ = std::move(pre);
 }
 
@@ -345,7 +344,7 @@ Status Master::MigrateServers(const std::vector<int>& members, int64_t step, con
     precopied = Status::Aborted("the servers changed since the precopy");
   }
   if (pre && !precopied.ok()) {
-    LOG(WARNING) << "the precopy of new backups is not used (" << precopied << "): every row they need moves now";
+    LOG(WARNING) << "the precopy is not used (" << precopied << "): every row that changes servers moves now";
   }
   const bool changed_only = pre && precopied.ok();
   ShardingPlan plan;
@@ -538,7 +537,7 @@ Status Master::PromoteBackups(int member, const Status& why) {
   std::cout << "[master] promoted: generation " << plan.version << " on " << members.size()
             << " parameter server(s) in " << std::chrono::duration<double>(Clock::now() - start).count()
             << " s; new backups "
-            << (job_.runtime.precopy_backups ? "are copied while the job trains, brought up to date at a step boundary"
+            << (job_.runtime.precopy ? "are copied while the job trains, brought up to date at a step boundary"
                                              : "at the next step boundary")
             << std::endl;
   return Status::OK();

@@ -248,6 +248,10 @@ TEST(ElasticTest, ServersChangeWithoutAnyCheckpointAndTheJobEndsLikeAnUndisturbe
     EXPECT_GT(m["rows"].get<int64_t>(), 0) << m;
     EXPECT_GT(m["bytes"].get<int64_t>(), 0) << m;
     EXPECT_GE(m["pause_s"].get<double>(), m["seconds"].get<double>()) << m;
+    // Copied while the job trained first: the boundary moved only the rows
+    // updated since (runtime.precopy, on by default).
+    EXPECT_EQ(m["phase"], "changed") << m;
+    EXPECT_GT(m["precopy"]["rows"].get<int64_t>(), 0) << m;
   }
   ExpectSameParameters(c);
 }
@@ -411,16 +415,21 @@ TEST(ElasticTest, ServerKilledDuringACheckpointRollsBackToThePreviousOne) {
   std::filesystem::remove_all(root);
 }
 
-// A server dies in the move onto 3 servers: when told to migrate (the
-// others are fetching its rows or about to), or when told to take the new
-// plan (the others may have taken it already).
+// A server dies in the move onto 3 servers: when told to copy rows while
+// the job trains, when told to migrate at the boundary (the others are
+// fetching its rows or about to), or when told to take the new plan (the
+// others may have taken it already).
 class KillInMigrationTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(KillInMigrationTest, ServerKilledDuringAMigrationRollsBackAndEndsLikeAnUndisturbedRun) {
   Undisturbed();
   const std::string root = TempRoot("kill_in_migration");
   std::filesystem::remove_all(root);
-  const std::string at = GetParam() == "migrate" ? "migrate:1" : "create_shards:2";
+  // MIGRATE 1 is the precopy (while the job trains), 2 the boundary's move
+  // of the rows updated since.
+  const std::string at = GetParam() == "precopy"   ? "migrate:1"
+                         : GetParam() == "migrate" ? "migrate:2"
+                                                   : "create_shards:2";
   testing::LocalCluster c("elastic_kill_in_" + GetParam());
   ASSERT_TRUE(StartWithServerFlags(c, Job(root), {{}, {"--test_crash_on", at}}, {"--dump_dir", c.dir() + "/dump"})
                   .ok());
@@ -438,7 +447,7 @@ TEST_P(KillInMigrationTest, ServerKilledDuringAMigrationRollsBackAndEndsLikeAnUn
   std::filesystem::remove_all(root);
 }
 
-INSTANTIATE_TEST_SUITE_P(When, KillInMigrationTest, ::testing::Values("migrate", "create_shards"),
+INSTANTIATE_TEST_SUITE_P(When, KillInMigrationTest, ::testing::Values("precopy", "migrate", "create_shards"),
                          [](const auto& info) { return info.param; });
 
 TEST(ElasticTest, MasterKilledDuringACheckpointIsRestartedAndTheJobEndsLikeAnUndisturbedRun) {
