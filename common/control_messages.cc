@@ -389,4 +389,113 @@ StatusOr<FetchRowsRequest> FetchRowsRequest::Parse(const json& j) {
   return r;
 }
 
+namespace {
+
+json TrainersToJson(const std::vector<std::string>& trainers) {
+  json ids = json::array();
+  for (const std::string& t : trainers) ids.push_back(t.empty() ? std::string() : RoutingIdToText(t));
+  return ids;
+}
+
+Status TrainersFromJson(const JsonFields& f, std::vector<std::string>* out) {
+  std::vector<std::string> texts;
+  TESSERA_RETURN_IF_ERROR(f.StringList("trainers", &texts, false));
+  out->clear();
+  for (const std::string& text : texts) {
+    if (text.empty()) {
+      out->emplace_back();  // a rank with no trainer now
+      continue;
+    }
+    auto id = RoutingIdFromText(text);
+    if (!id.ok()) return id.status().WithContext(f.PathOf("trainers"));
+    out->push_back(std::move(id).value());
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+json CreateShardsRequest::ToJson() const {
+  json j = {{"job", job}, {"plan", plan}, {"trainers", TrainersToJson(trainers)}};
+  if (rank >= 0) j["rank"] = rank;
+  if (!dump_dir.empty()) j["dump_dir"] = dump_dir;
+  if (!restore.is_null()) j["restore"] = restore;
+  if (keep) j["keep"] = true;
+  if (staged != 0) j["staged"] = staged;
+  return j;
+}
+
+StatusOr<CreateShardsRequest> CreateShardsRequest::Parse(const json& j) {
+  JsonFields f(j, "CREATE_SHARDS");
+  CreateShardsRequest r;
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"job", "plan", "rank", "trainers", "dump_dir", "restore", "keep", "staged"}));
+  const json* object = nullptr;
+  TESSERA_RETURN_IF_ERROR(f.Object("job", true, &object));
+  r.job = *object;
+  TESSERA_RETURN_IF_ERROR(f.Object("plan", true, &object));
+  r.plan = *object;
+  int64_t rank = -1;
+  TESSERA_RETURN_IF_ERROR(f.Int("rank", &rank, false, 0, kMaxRank));
+  r.rank = static_cast<int>(rank);
+  TESSERA_RETURN_IF_ERROR(TrainersFromJson(f, &r.trainers));
+  TESSERA_RETURN_IF_ERROR(f.String("dump_dir", &r.dump_dir, false));
+  if (f.Has("restore")) {
+    TESSERA_RETURN_IF_ERROR(f.Object("restore", true, &object));
+    r.restore = *object;
+  }
+  TESSERA_RETURN_IF_ERROR(f.Bool("keep", &r.keep, false));
+  TESSERA_RETURN_IF_ERROR(f.Int("staged", &r.staged, false, 1, UINT32_MAX));
+  return r;
+}
+
+json PromoteRequest::ToJson() const {
+  return {{"plan", plan}, {"rank", rank}, {"trainers", TrainersToJson(trainers)}};
+}
+
+StatusOr<PromoteRequest> PromoteRequest::Parse(const json& j) {
+  JsonFields f(j, "PROMOTE");
+  PromoteRequest r;
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"plan", "rank", "trainers"}));
+  const json* object = nullptr;
+  TESSERA_RETURN_IF_ERROR(f.Object("plan", true, &object));
+  r.plan = *object;
+  int64_t rank = 0;
+  TESSERA_RETURN_IF_ERROR(f.Int("rank", &rank, true, 0, kMaxRank));
+  r.rank = static_cast<int>(rank);
+  TESSERA_RETURN_IF_ERROR(TrainersFromJson(f, &r.trainers));
+  return r;
+}
+
+json SnapshotRequest::ToJson() const { return {{"dir", dir}, {"step", step}}; }
+
+StatusOr<SnapshotRequest> SnapshotRequest::Parse(const json& j) {
+  JsonFields f(j, "SNAPSHOT");
+  SnapshotRequest r;
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"dir", "step"}));
+  TESSERA_RETURN_IF_ERROR(f.String("dir", &r.dir, true));
+  TESSERA_RETURN_IF_ERROR(f.Int("step", &r.step, true, 0, kMaxI64));
+  return r;
+}
+
+json DumpShardsRequest::ToJson() const { return {{"dir", dir}}; }
+
+StatusOr<DumpShardsRequest> DumpShardsRequest::Parse(const json& j) {
+  JsonFields f(j, "DUMP_SHARDS");
+  DumpShardsRequest r;
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"dir"}));
+  TESSERA_RETURN_IF_ERROR(f.String("dir", &r.dir, true));
+  return r;
+}
+
+json AbortRequest::ToJson() const { return {{"reason", reason}}; }
+
+StatusOr<AbortRequest> AbortRequest::Parse(const json& j) {
+  JsonFields f(j, "ABORT");
+  AbortRequest r;
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"reason"}));
+  r.reason = "job aborted by the master";
+  TESSERA_RETURN_IF_ERROR(f.String("reason", &r.reason, false));
+  return r;
+}
+
 }  // namespace tessera

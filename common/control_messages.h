@@ -177,6 +177,65 @@ struct Command {
 // serve such fetches to the others. Nothing served changes: the new shards
 // are staged until CREATE_SHARDS {staged: plan.version} puts them in
 // place. Answered once this server's rows are all in.
+// The orders the master gives a parameter server besides MIGRATE
+// (docs/wire_format.md). Trainers' connections travel as routing ids in hex
+// text, "" for a rank no trainer holds now; structs hold the raw ids.
+
+// CREATE_SHARDS: take the shards `plan` gives the server at `rank`,
+// restored from a checkpoint's `restore` (its manifest) or from a finished
+// migration (`staged`: the plan version it staged), keeping what it holds
+// already with `keep`; serve only `trainers`; DUMP_SHARDS only into
+// `dump_dir`.
+struct CreateShardsRequest {
+  nlohmann::json job;   // JobConfig::ToJson
+  nlohmann::json plan;  // ShardingPlan::ToJson
+  int rank = -1;        // -1: not given (the server keeps the rank it has)
+  std::vector<std::string> trainers;
+  std::string dump_dir;
+  nlohmann::json restore;  // an object, or null: none
+  bool keep = false;
+  int64_t staged = 0;  // 0: none
+
+  nlohmann::json ToJson() const;
+  static StatusOr<CreateShardsRequest> Parse(const nlohmann::json& j);
+};
+
+// PROMOTE: follow `plan` (backups serving a lost server's shards) as rank
+// `rank`, keeping every shard and its state.
+struct PromoteRequest {
+  nlohmann::json plan;
+  int rank = 0;
+  std::vector<std::string> trainers;
+
+  nlohmann::json ToJson() const;
+  static StatusOr<PromoteRequest> Parse(const nlohmann::json& j);
+};
+
+// SNAPSHOT: write the shards as of the end of step `step` into `dir`.
+struct SnapshotRequest {
+  std::string dir;
+  int64_t step = 0;
+
+  nlohmann::json ToJson() const;
+  static StatusOr<SnapshotRequest> Parse(const nlohmann::json& j);
+};
+
+// DUMP_SHARDS: write every shard's rows (for comparing runs) into `dir`.
+struct DumpShardsRequest {
+  std::string dir;
+
+  nlohmann::json ToJson() const;
+  static StatusOr<DumpShardsRequest> Parse(const nlohmann::json& j);
+};
+
+// ABORT: the job ends; `reason` goes to the server's log.
+struct AbortRequest {
+  std::string reason;
+
+  nlohmann::json ToJson() const;
+  static StatusOr<AbortRequest> Parse(const nlohmann::json& j);
+};
+
 // What a MIGRATE moves. kAll: every row the new plan gives a server that it
 // does not hold, at a step boundary. kPrecopy: the same, while training goes
 // on: the sources remember which rows change from then on. kChanged: at a

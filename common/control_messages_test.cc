@@ -139,5 +139,100 @@ TEST(ControlMessagesTest, MalformedBodiesAreRefusedByName) {
         "ps_endpoints", json());
 }
 
+
+TEST(ControlMessagesTest, ServerOrdersReadBack) {
+  CreateShardsRequest create;
+  create.job = json::object({{"name", "j"}});
+  create.plan = json::object({{"version", 3}});
+  create.rank = 1;
+  create.trainers = {std::string(16, '\x01'), "", std::string(16, '\xfe')};
+  create.dump_dir = "/tmp/d";
+  create.restore = json::object({{"step", 100}});
+  create.keep = true;
+  create.staged = 3;
+  auto create2 = CreateShardsRequest::Parse(create.ToJson());
+  ASSERT_TRUE(create2.ok()) << create2.status();
+  EXPECT_EQ(create2->rank, 1);
+  EXPECT_EQ(create2->trainers, create.trainers);
+  EXPECT_EQ(create2->dump_dir, "/tmp/d");
+  EXPECT_EQ(create2->restore, create.restore);
+  EXPECT_TRUE(create2->keep);
+  EXPECT_EQ(create2->staged, 3);
+  // What is left out reads back as its default.
+  CreateShardsRequest plain;
+  plain.job = create.job;
+  plain.plan = create.plan;
+  auto plain2 = CreateShardsRequest::Parse(plain.ToJson());
+  ASSERT_TRUE(plain2.ok()) << plain2.status();
+  EXPECT_EQ(plain2->rank, -1);
+  EXPECT_TRUE(plain2->restore.is_null());
+  EXPECT_FALSE(plain2->keep);
+  EXPECT_EQ(plain2->staged, 0);
+
+  PromoteRequest promote{json::object({{"version", 4}}), 2, {"", std::string(16, 'x')}};
+  auto promote2 = PromoteRequest::Parse(promote.ToJson());
+  ASSERT_TRUE(promote2.ok()) << promote2.status();
+  EXPECT_EQ(promote2->rank, 2);
+  EXPECT_EQ(promote2->trainers, promote.trainers);
+
+  auto snapshot = SnapshotRequest::Parse(SnapshotRequest{"/c/ps0", 700}.ToJson());
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_EQ(snapshot->dir, "/c/ps0");
+  EXPECT_EQ(snapshot->step, 700);
+  auto dump = DumpShardsRequest::Parse(DumpShardsRequest{"/d"}.ToJson());
+  ASSERT_TRUE(dump.ok()) << dump.status();
+  EXPECT_EQ(dump->dir, "/d");
+  auto abort = AbortRequest::Parse(AbortRequest{"why"}.ToJson());
+  ASSERT_TRUE(abort.ok()) << abort.status();
+  EXPECT_EQ(abort->reason, "why");
+  EXPECT_EQ(AbortRequest::Parse(json::object())->reason, "job aborted by the master");
+
+  MigrateRequest migrate;
+  migrate.phase = MigratePhase::kPrecopy;
+  migrate.job = create.job;
+  migrate.plan = create.plan;
+  migrate.from_version = 2;
+  migrate.from_plan = create.plan;
+  auto migrate2 = MigrateRequest::Parse(migrate.ToJson());
+  ASSERT_TRUE(migrate2.ok()) << migrate2.status();
+  EXPECT_EQ(migrate2->phase, MigratePhase::kPrecopy);
+  FetchRowsRequest fetch;
+  fetch.version = 2;
+  fetch.row_end = 10;
+  fetch.max_rows = 5;
+  fetch.changed = true;
+  auto fetch2 = FetchRowsRequest::Parse(fetch.ToJson());
+  ASSERT_TRUE(fetch2.ok()) << fetch2.status();
+  EXPECT_TRUE(fetch2->changed);
+}
+
+TEST(ControlMessagesTest, MalformedServerOrdersAreRefusedByName) {
+  auto fails = [](const auto& parsed, const char* names) {
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument) << parsed.status();
+    EXPECT_NE(parsed.status().message().find(names), std::string::npos) << parsed.status();
+  };
+  const json job = json::object(), plan = json::object();
+  fails(CreateShardsRequest::Parse({{"plan", plan}}), "CREATE_SHARDS.job");
+  fails(CreateShardsRequest::Parse({{"job", job}, {"plan", 3}}), "CREATE_SHARDS.plan");
+  fails(CreateShardsRequest::Parse({{"job", job}, {"plan", plan}, {"rank", -2}}), "CREATE_SHARDS.rank");
+  fails(CreateShardsRequest::Parse({{"job", job}, {"plan", plan}, {"trainers", "all"}}), "CREATE_SHARDS.trainers");
+  fails(CreateShardsRequest::Parse({{"job", job}, {"plan", plan}, {"trainers", {"zz"}}}), "CREATE_SHARDS.trainers");
+  fails(CreateShardsRequest::Parse({{"job", job}, {"plan", plan}, {"restore", "/etc"}}), "CREATE_SHARDS.restore");
+  fails(CreateShardsRequest::Parse({{"job", job}, {"plan", plan}, {"keep", 1}}), "CREATE_SHARDS.keep");
+  fails(CreateShardsRequest::Parse({{"job", job}, {"plan", plan}, {"staged", 0}}), "CREATE_SHARDS.staged");
+  fails(CreateShardsRequest::Parse({{"job", job}, {"plan", plan}, {"format", "c:"}}), "CREATE_SHARDS.format");
+  fails(PromoteRequest::Parse({{"plan", plan}}), "PROMOTE.rank");
+  fails(PromoteRequest::Parse({{"plan", plan}, {"rank", 0}, {"trainers", {1}}}), "PROMOTE.trainers");
+  fails(SnapshotRequest::Parse({{"dir", "/c"}, {"step", -1}}), "SNAPSHOT.step");
+  fails(SnapshotRequest::Parse({{"dir", 5}, {"step", 1}}), "SNAPSHOT.dir");
+  fails(SnapshotRequest::Parse({{"step", 1}}), "SNAPSHOT.dir");
+  fails(DumpShardsRequest::Parse({{"dir", "/d"}, {"also", "/e"}}), "DUMP_SHARDS.also");
+  fails(DumpShardsRequest::Parse(json::array()), "DUMP_SHARDS");
+  fails(AbortRequest::Parse({{"reason", 7}}), "ABORT.reason");
+  json migrate = {{"phase", "later"}};
+  fails(MigrateRequest::Parse(migrate), "phase");
+}
+
 }  // namespace
 }  // namespace tessera

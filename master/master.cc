@@ -424,7 +424,7 @@ void Master::AbortJob(const Status& reason) {
   store_.FailWaiters(reason);
   for (const auto& [member, peer] : ps_peers_) {
     Status st;
-    CallServer(member, Opcode::kAbort, json{{"reason", reason.message()}}, milliseconds(2000), &st);
+    CallServer(member, Opcode::kAbort, AbortRequest{reason.message()}.ToJson(), milliseconds(2000), &st);
   }
   // Trainers and servers that are still alive learn the end from their next
   // heartbeat; stay up long enough to tell them.
@@ -443,7 +443,7 @@ StatusOr<JobSummary> Master::FinishJob() {
     Status st;
     json stats;
     if (!options_.dump_dir.empty()) {
-      CallServer(ps, Opcode::kDumpShards, json{{"dir", options_.dump_dir}}, milliseconds(120000), &st);
+      CallServer(ps, Opcode::kDumpShards, DumpShardsRequest{options_.dump_dir}.ToJson(), milliseconds(120000), &st);
       if (!st.ok()) return st.WithContext("dumping the shards of parameter server " + std::to_string(ps));
     }
     stats = CallServer(ps, Opcode::kServerStats, json::object(), milliseconds(10000), &st);

@@ -261,7 +261,7 @@ class Master {
   bool IsTrainerConnection(const Responder& sender) const;  // REQUIRES: mu_ held
   // Each trainer's connection by rank ("" for a free rank), for the servers,
   // which serve only these (CREATE_SHARDS, PROMOTE). Takes mu_.
-  nlohmann::json TrainerConnections() const;
+  std::vector<std::string> TrainerConnections() const;
   std::string DescribeServer(int member) const;  // REQUIRES: mu_ held
   // A running trainer that finished no step for runtime.stall_timeout_ms,
   // as an error naming it; OK when none. REQUIRES: mu_ held.

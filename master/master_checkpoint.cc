@@ -170,7 +170,7 @@ Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state, st
   // for the sum. A server that dies mid-snapshot ends the checkpoint at once.
   std::vector<json> bodies;
   for (size_t rank = 0; rank < members.size(); ++rank) {
-    bodies.push_back({{"dir", dir + "/ps" + std::to_string(rank)}, {"step", step}});
+    bodies.push_back(SnapshotRequest{dir + "/ps" + std::to_string(rank), step}.ToJson());
   }
   const ServerCalls calls = StartServerCalls(members, Opcode::kSnapshot, bodies, milliseconds(600000));
 

@@ -242,18 +242,21 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
   const int64_t generation = plan.version;
   const json job_json = job_.ToJson();
   const json plan_json = plan.ToJson();
-  const json trainers = TrainerConnections();
   // Every server creates (and restores) its shards at once: the pause is
   // the slowest server's, not the sum.
+  CreateShardsRequest req;
+  req.job = job_json;
+  req.plan = plan_json;
+  req.trainers = TrainerConnections();
+  req.dump_dir = options_.dump_dir;
+  req.restore = from.restore;
+  // A change at a boundary: what a server keeps need not be reloaded.
+  req.keep = from.live;
+  req.staged = from.staged;
   std::vector<json> bodies;
   for (size_t rank = 0; rank < members.size(); ++rank) {
-    json body = {{"job", job_json}, {"plan", plan_json}, {"rank", rank}, {"trainers", trainers}};
-    if (!options_.dump_dir.empty()) body["dump_dir"] = options_.dump_dir;
-    if (!from.restore.is_null()) body["restore"] = from.restore;
-    // A change at a boundary: what a server keeps need not be reloaded.
-    if (from.live) body["keep"] = true;
-    if (from.staged != 0) body["staged"] = from.staged;
-    bodies.push_back(std::move(body));
+    req.rank = static_cast<int>(rank);
+    bodies.push_back(req.ToJson());
   }
   // Restoring reads the checkpoint's rows: allow it time.
   const auto replies = AwaitServerCalls(StartServerCalls(members, Opcode::kCreateShards, bodies,
@@ -479,9 +482,12 @@ Status Master::PromoteBackups(int member, const Status& why) {
   }
   std::cout << "[master] lost " << why.message() << "; its shards' backups take over (no rollback)" << std::endl;
   std::vector<json> bodies;
-  const json trainers = TrainerConnections();
+  PromoteRequest req;
+  req.plan = plan.ToJson();
+  req.trainers = TrainerConnections();
   for (size_t rank = 0; rank < members.size(); ++rank) {
-    bodies.push_back({{"plan", plan.ToJson()}, {"rank", rank}, {"trainers", trainers}});
+    req.rank = static_cast<int>(rank);
+    bodies.push_back(req.ToJson());
   }
   const auto replies = AwaitServerCalls(StartServerCalls(members, Opcode::kPromote, bodies, milliseconds(30000)));
   Status st;

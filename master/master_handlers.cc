@@ -264,10 +264,10 @@ bool Master::IsTrainerConnection(const Responder& sender) const {
   return false;
 }
 
-json Master::TrainerConnections() const {
+std::vector<std::string> Master::TrainerConnections() const {
   std::lock_guard<std::mutex> lock(mu_);
-  json ids = json::array();
-  for (const auto& t : trainers_) ids.push_back(t ? RoutingIdToText(t->routing_id) : std::string());
+  std::vector<std::string> ids;
+  for (const auto& t : trainers_) ids.push_back(t ? t->routing_id : std::string());
   return ids;
 }
 

@@ -77,31 +77,6 @@ Status PsService::CheckTrainerLocked(uint32_t trainer, const Responder& r) const
 
 namespace {
 
-// The "trainers" of a CREATE_SHARDS or PROMOTE body: each rank's connection,
-// "" for a rank with no trainer now. Without the list no trainer is served.
-StatusOr<std::vector<std::string>> ParseTrainers(const json& body) {
-  std::vector<std::string> trainers;
-  const json* list = body.contains("trainers") ? &body.at("trainers") : nullptr;
-  if (list != nullptr && !list->is_array()) return Status::InvalidArgument("trainers: must be an array");
-  if (list != nullptr) {
-    for (const json& t : *list) {
-      if (!t.is_string()) return Status::InvalidArgument("trainers: must hold strings");
-      const std::string text = t.get<std::string>();
-      if (text.empty()) {
-        trainers.emplace_back();  // a rank with no trainer now
-        continue;
-      }
-      TESSERA_ASSIGN_OR_RETURN(std::string id, RoutingIdFromText(text));
-      trainers.push_back(std::move(id));
-    }
-  }
-  return trainers;
-}
-
-}  // namespace
-
-namespace {
-
 // Whether `path` lies strictly inside `root`, by their names (no "..").
 bool Inside(const std::string& path, const std::string& root) {
   if (root.empty() || path.empty()) return false;
@@ -805,83 +780,66 @@ void PsService::HandleControl(Message&& m, Responder r) {
   try {
     switch (op) {
       case Opcode::kCreateShards: {
-        auto job = ParseJobConfigJson(body->at("job"), "");
+        auto req = CreateShardsRequest::Parse(*body);
+        if (!req.ok()) {
+          r.ReplyError(req.status());
+          return;
+        }
+        auto job = ParseJobConfigJson(req->job, "");
         if (!job.ok()) {
           r.ReplyError(job.status().WithContext("job config"));
           return;
         }
-        auto plan = ShardingPlan::FromJson(body->at("plan"));
+        auto plan = ShardingPlan::FromJson(req->plan);
         if (!plan.ok()) {
           r.ReplyError(plan.status());
           return;
         }
         // The server's place in this plan (its rank), which changes when
         // the job's servers change.
-        if (body->contains("rank")) {
-          int64_t rank = 0;
-          if (Status field = JsonFields(*body, "CREATE_SHARDS").Int("rank", &rank, true, 0, INT32_MAX); !field.ok()) {
-            r.ReplyError(field);
-            return;
-          }
-          if (rank < 0 || rank >= plan->num_ps) {
-            r.ReplyError(Status::InvalidArgument("rank " + std::to_string(rank) + " is not in a plan of " +
+        if (req->rank >= 0) {
+          if (req->rank >= plan->num_ps) {
+            r.ReplyError(Status::InvalidArgument("rank " + std::to_string(req->rank) + " is not in a plan of " +
                                                  std::to_string(plan->num_ps) + " servers"));
             return;
           }
-          set_rank(static_cast<int>(rank));
+          set_rank(req->rank);
         }
-        auto trainers = ParseTrainers(*body);
-        if (!trainers.ok()) {
-          r.ReplyError(trainers.status().WithContext("CREATE_SHARDS"));
-          return;
-        }
-        int64_t staged = 0;
-        if (Status field = JsonFields(*body, "CREATE_SHARDS").Int("staged", &staged, false, 1, UINT32_MAX);
-            !field.ok()) {
-          r.ReplyError(field);
-          return;
-        }
-        Status st = CreateShards(*job, *plan, body->value("restore", json()), body->value("keep", false),
-                                 static_cast<uint32_t>(staged));
+        Status st = CreateShards(*job, *plan, req->restore, req->keep, static_cast<uint32_t>(req->staged));
         if (!st.ok()) {
           r.ReplyError(st);
           return;
         }
-        set_trainers(std::move(trainers).value());
+        set_trainers(std::move(req->trainers));
         {
           std::lock_guard<std::mutex> lock(mu_);
-          dump_dir_ = body->value("dump_dir", std::string());
+          dump_dir_ = req->dump_dir;
         }
         r.ReplyOk();
         return;
       }
       case Opcode::kPromote: {
-        auto plan = ShardingPlan::FromJson(body->at("plan"));
+        auto req = PromoteRequest::Parse(*body);
+        if (!req.ok()) {
+          r.ReplyError(req.status());
+          return;
+        }
+        auto plan = ShardingPlan::FromJson(req->plan);
         if (!plan.ok()) {
           r.ReplyError(plan.status());
           return;
         }
-        int64_t rank = 0;
-        if (Status field = JsonFields(*body, "PROMOTE").Int("rank", &rank, true, 0, INT32_MAX); !field.ok()) {
-          r.ReplyError(field);
-          return;
-        }
-        if (rank < 0 || rank >= plan->num_ps) {
-          r.ReplyError(Status::InvalidArgument("rank " + std::to_string(rank) + " is not in a plan of " +
+        if (req->rank >= plan->num_ps) {
+          r.ReplyError(Status::InvalidArgument("rank " + std::to_string(req->rank) + " is not in a plan of " +
                                                std::to_string(plan->num_ps) + " servers"));
           return;
         }
-        auto trainers = ParseTrainers(*body);
-        if (!trainers.ok()) {
-          r.ReplyError(trainers.status().WithContext("PROMOTE"));
-          return;
-        }
-        Status st = Promote(*plan, static_cast<int>(rank));
+        Status st = Promote(*plan, req->rank);
         if (!st.ok()) {
           r.ReplyError(st);
           return;
         }
-        set_trainers(std::move(trainers).value());
+        set_trainers(std::move(req->trainers));
         r.ReplyOk();
         return;
       }
@@ -902,13 +860,17 @@ void PsService::HandleControl(Message&& m, Responder r) {
         return;
       }
       case Opcode::kDumpShards: {
-        const std::string dir = body->at("dir").get<std::string>();
-        if (Status where = CheckDumpRequest(dir); !where.ok()) {
+        auto req = DumpShardsRequest::Parse(*body);
+        if (!req.ok()) {
+          r.ReplyError(req.status());
+          return;
+        }
+        if (Status where = CheckDumpRequest(req->dir); !where.ok()) {
           ++errors_;
           r.ReplyError(where);
           return;
         }
-        auto files = DumpShards(dir);
+        auto files = DumpShards(req->dir);
         if (!files.ok()) {
           r.ReplyError(files.status());
           return;
@@ -917,18 +879,17 @@ void PsService::HandleControl(Message&& m, Responder r) {
         return;
       }
       case Opcode::kSnapshot: {
-        const std::string dir = body->at("dir").get<std::string>();
-        int64_t step = 0;
-        if (Status field = JsonFields(*body, "SNAPSHOT").Int("step", &step, true, 0, INT64_MAX); !field.ok()) {
-          r.ReplyError(field);
+        auto req = SnapshotRequest::Parse(*body);
+        if (!req.ok()) {
+          r.ReplyError(req.status());
           return;
         }
-        if (Status request = CheckSnapshotRequest(dir, step); !request.ok()) {
+        if (Status request = CheckSnapshotRequest(req->dir, req->step); !request.ok()) {
           ++errors_;
           r.ReplyError(request);
           return;
         }
-        auto shards = Snapshot(dir, step);
+        auto shards = Snapshot(req->dir, req->step);
         if (!shards.ok()) {
           r.ReplyError(shards.status());
           return;
@@ -940,9 +901,13 @@ void PsService::HandleControl(Message&& m, Responder r) {
         r.Reply(EncodeJsonReply(r.request_header(), Stats()));
         return;
       case Opcode::kAbort: {
-        const std::string reason = body->value("reason", std::string("job aborted by the master"));
-        LOG(ERROR) << "ps " << ps_rank_.load() << ": aborted: " << reason;
-        Abort(Status::Aborted(reason));
+        auto req = AbortRequest::Parse(*body);
+        if (!req.ok()) {
+          r.ReplyError(req.status());
+          return;
+        }
+        LOG(ERROR) << "ps " << ps_rank_.load() << ": aborted: " << req->reason;
+        Abort(Status::Aborted(req->reason));
         r.ReplyOk();
         return;
       }

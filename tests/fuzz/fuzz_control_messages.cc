@@ -1,5 +1,6 @@
-// Every control-plane body (common/control_messages.h: the master's and the
-// migration's, MIGRATE and FETCH_ROWS) and the sharding plan that
+// Every control-plane body (common/control_messages.h: the master's, the
+// server orders CREATE_SHARDS, PROMOTE, SNAPSHOT, DUMP_SHARDS and ABORT, and
+// the migration's, MIGRATE and FETCH_ROWS) and the sharding plan that
 // CREATE_SHARDS, PROMOTE and the WAIT_START reply carry, as a JSON frame
 // decoded the way a receiver decodes it:
 //   Input := kind:fixed8 json_text   (kind picks the message)
@@ -49,7 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   m.AddBytes(data + 1, size - 1);
   auto j = DecodeJson(m);
   if (!j.ok()) return 0;
-  switch (data[0] % 13) {
+  switch (data[0] % 18) {
     case 0: ParseAndWriteBack(*j, &RegisterRequest::Parse); break;
     case 1: ParseAndWriteBack(*j, &RegisterReply::Parse); break;
     case 2: ParseAndWriteBack(*j, &HeartbeatRequest::Parse); break;
@@ -63,6 +64,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 10: ParseAndWriteBack(*j, &ParsePlan); break;
     case 11: ParseAndWriteBack(*j, &MigrateRequest::Parse); break;
     case 12: ParseAndWriteBack(*j, &FetchRowsRequest::Parse); break;
+    case 13: ParseAndWriteBack(*j, &CreateShardsRequest::Parse); break;
+    case 14: ParseAndWriteBack(*j, &PromoteRequest::Parse); break;
+    case 15: ParseAndWriteBack(*j, &SnapshotRequest::Parse); break;
+    case 16: ParseAndWriteBack(*j, &DumpShardsRequest::Parse); break;
+    case 17: ParseAndWriteBack(*j, &AbortRequest::Parse); break;
   }
   return 0;
 }
