@@ -231,6 +231,42 @@ Status DeviceRowStore::Read(std::span<const int64_t> ids, const ReadFn& fn) {
   return Status::OK();
 }
 
+Status DeviceRowStore::GatherExisting(std::span<const int64_t> ids, float* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int cols = gather_cols();
+  std::vector<int32_t> resident;
+  std::vector<size_t> resident_at;
+  std::vector<int64_t> below;
+  std::vector<size_t> below_at;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t s = Find(ids[i]);
+    if (s >= 0) {
+      resident.push_back(s);
+      resident_at.push_back(i);
+    } else {
+      below.push_back(ids[i]);
+      below_at.push_back(i);
+    }
+  }
+  if (!resident.empty()) {
+    rows_.resize(resident.size() * static_cast<size_t>(row_width()));
+    TESSERA_RETURN_IF_ERROR(table_->Download(resident, rows_.data()));
+    for (size_t k = 0; k < resident.size(); ++k) {
+      std::memcpy(out + resident_at[k] * cols, rows_.data() + k * row_width(), sizeof(float) * cols);
+    }
+  }
+  if (!below.empty()) {
+    // Rows not resident were written back when they left the tier: the
+    // store below has their newest values.
+    std::vector<float> got(below.size() * static_cast<size_t>(cols));
+    TESSERA_RETURN_IF_ERROR(lower_->GatherExisting(below, got.data()));
+    for (size_t k = 0; k < below.size(); ++k) {
+      std::memcpy(out + below_at[k] * cols, got.data() + k * cols, sizeof(float) * cols);
+    }
+  }
+  return Status::OK();
+}
+
 Status DeviceRowStore::Update(std::span<const int64_t> ids, const UpdateFn& fn) {
   std::lock_guard<std::mutex> lock(mu_);
   if (Oversized(ids)) {

@@ -58,6 +58,9 @@ class DeviceRowStore final : public RowStore {
   Status Read(std::span<const int64_t> ids, const ReadFn& fn) override;
   Status Update(std::span<const int64_t> ids, const UpdateFn& fn) override;
   Status Put(std::span<const int64_t> ids, const float* rows) override;
+  // Resident rows from the tier, the others from the store below, which
+  // creates none; no slot is taken.
+  Status GatherExisting(std::span<const int64_t> ids, float* out) override;
   Status ForEach(const std::function<Status(int64_t id, const float* row)>& fn) override;
   // Rows beyond the tier's slots end in the store below it.
   void Reserve(int64_t rows) override { lower_->Reserve(rows); }

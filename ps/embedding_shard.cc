@@ -48,7 +48,7 @@ void EmbeddingShard::InitRow(int64_t id, float* row) const {
 
 Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const int64_t> ids,
                                std::span<const float> weights, bool sum_partial, kernels::IdDeduper* dedup,
-                               ForwardContextEntry* ctx, float* out) {
+                               ForwardContextEntry* ctx, float* out, bool evaluation) {
   const int64_t lo = spec_.row_offset, hi = spec_.row_offset + spec_.num_rows;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < lo || ids[i] >= hi) {
@@ -83,7 +83,7 @@ Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const
     return Status::OK();
   }
 
-  if (DeviceRowStore* tier = store_->device_tier()) {
+  if (DeviceRowStore* tier = store_->device_tier(); tier != nullptr && !evaluation) {
     // The rows are on the GPU: pooling runs there, only the output comes back.
     TESSERA_RETURN_IF_ERROR(tier->Forward(c.unique_ids, c.inverse, c.offsets,
                                           c.weights.empty() ? nullptr : c.weights.data(), c.pooling, cols(), out));
@@ -93,7 +93,8 @@ Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const
   // Gather each distinct row once, then pool through the inverse index.
   thread_local std::vector<float> gathered;
   gathered.resize(c.unique_ids.size() * static_cast<size_t>(cols()));
-  TESSERA_RETURN_IF_ERROR(store_->Gather(c.unique_ids, gathered.data()));
+  TESSERA_RETURN_IF_ERROR(evaluation ? store_->GatherExisting(c.unique_ids, gathered.data())
+                                     : store_->Gather(c.unique_ids, gathered.data()));
   kernels::EmbeddingBagForwardArgs<int32_t> args;
   args.rows = gathered.data();
   args.num_rows = static_cast<int64_t>(c.unique_ids.size());

@@ -64,8 +64,12 @@ class EmbeddingShard {
   // On error nothing is written to *ctx and the store is unchanged.
   // out == nullptr builds the context only (a backup's copy of a lookup: it
   // applies the push; the primary sent the values): no row is read.
+  // evaluation: no push follows (an evaluation's lookup): a row never stored
+  // is read as its initial value and not created, and the pooling runs on
+  // the CPU also over a GPU tier.
   Status Forward(std::span<const int32_t> lengths, std::span<const int64_t> ids, std::span<const float> weights,
-                 bool sum_partial, kernels::IdDeduper* dedup, ForwardContextEntry* ctx, float* out);
+                 bool sum_partial, kernels::IdDeduper* dedup, ForwardContextEntry* ctx, float* out,
+                 bool evaluation = false);
 
   // Row gradients of the context's unique ids: grad_out [out_rows x cols] ->
   // grad_rows [U x cols]. Fails only where the GPU tier does (a device error).

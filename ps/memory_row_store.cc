@@ -56,6 +56,23 @@ class MemoryRowStore final : public RowStore {
     return Status::OK();
   }
 
+  Status GatherExisting(std::span<const int64_t> ids, float* out) override {
+    const int cols = gather_cols();
+    thread_local std::vector<float> initial;
+    initial.resize(static_cast<size_t>(row_width()));
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i + kPrefetchAhead < ids.size()) PrefetchEntry(ids[i + kPrefetchAhead]);
+      const float* row = Find(ids[i]);
+      if (row == nullptr) {
+        options_.init(ids[i], initial.data());
+        row = initial.data();
+      }
+      std::memcpy(out + i * cols, row, sizeof(float) * cols);
+    }
+    return Status::OK();
+  }
+
   Status Update(std::span<const int64_t> ids, const UpdateFn& fn) override {
     std::vector<float*> rows(ids.size());
     std::unique_lock<std::shared_mutex> lock(mu_);

@@ -450,7 +450,9 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
     if (e.weighted()) weights = req.weights.span().subspan(weight, e.num_ids);
     // A backup's copy opens the context only: the primary sent the values.
     float* dst = e.context_only() ? nullptr : values.data() + out;
-    Status st = shard->Forward(lengths, ids, weights, e.sum_partial(), ThreadDeduper(), &ctx.entries[i], dst);
+    // A lookup without a context (an evaluation's) creates no rows.
+    Status st = shard->Forward(lengths, ids, weights, e.sum_partial(), ThreadDeduper(), &ctx.entries[i], dst,
+                               (req.meta.flags & kLookupNoContext) != 0);
     if (!st.ok()) {
       ++errors_;
       r.ReplyError(st);

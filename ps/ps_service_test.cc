@@ -247,6 +247,43 @@ TEST_F(PsServiceTest, LookupPoolsInitialRows) {
   }
 }
 
+// An evaluation's lookup (no context) reads rows never trained as their
+// initial values and creates none; a training lookup after it reads the
+// same values. Over memory and over every tier (GPU tier, host, RocksDB).
+TEST_F(PsServiceTest, EvaluationLookupsCreateNoRows) {
+  for (bool tiers : {false, true}) {
+    SCOPED_TRACE(tiers ? "every tier" : "memory");
+    Start("async", 1, tiers ? AllTiers() : nullptr);
+    auto rows_of_table0 = [&] {
+      const nlohmann::json stats = service_->Stats();
+      for (const auto& shard : stats.at("shards")) {
+        if (shard["shard_id"] == 0) return shard["rows_materialized"].get<int64_t>();
+      }
+      return int64_t{-1};
+    };
+    // Train rows 1 and 2 once so that some rows exist.
+    ASSERT_TRUE(Values(Call(Lookup(0, 0, {{1, 2}})), 4).ok());
+    ASSERT_TRUE(Call(Push(0, 0, 1, 4, {1, 1, 1, 1})).ok());
+    const int64_t before = rows_of_table0();
+    ASSERT_EQ(before, 2);
+    LookupMeta meta{0, kLookupNoContext, 1};
+    std::vector<int32_t> lengths = {2, 3};
+    std::vector<int64_t> ids = {1, 50, 60, 61, 62};
+    Message no_context = EncodeLookupRequest(meta, {LookupEntry{0, 2, 5, 0}}, std::move(lengths), std::move(ids), {});
+    no_context.header.plan_version = plan_.version;
+    auto evaluated = Values(Call(std::move(no_context)), 2 * 4);
+    ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+    EXPECT_EQ(rows_of_table0(), before);  // rows 50, 60, 61, 62 were not created
+    // The same bags looked up for training (which does keep the rows it
+    // reads): the same values.
+    auto trained = Values(Call(Lookup(0, 1, {{1, 50}, {60, 61, 62}})), 2 * 4);
+    ASSERT_TRUE(trained.ok()) << trained.status();
+    EXPECT_EQ(*evaluated, *trained);
+    for (int c = 0; c < 4; ++c) EXPECT_FLOAT_EQ((*evaluated)[4 + c], Init(0, 60, c) + Init(0, 61, c) + Init(0, 62, c));
+    Stop();
+  }
+}
+
 TEST_F(PsServiceTest, PushAppliesSgdOncePerRow) {
   Start("async", 1);
   ASSERT_TRUE(Call(Lookup(0, 0, {{5, 5}, {6}})).ok());

@@ -59,6 +59,11 @@ class RowStore {
   // REQUIRES: out holds ids.size() * gather_cols floats.
   Status Gather(std::span<const int64_t> ids, float* out);
 
+  // As Gather, but a row not stored is not created: its initial value is
+  // copied out and nothing is kept (an evaluation's lookups must not grow
+  // the table). The default serves stores whose Read creates nothing.
+  virtual Status GatherExisting(std::span<const int64_t> ids, float* out) { return Gather(ids, out); }
+
   // Calls fn once with pointers to the full rows of `ids` (materializing the
   // missing ones from the initializer), which fn may modify in place; the
   // store keeps the result. REQUIRES: ids distinct. The rows are locked

@@ -118,6 +118,44 @@ TEST_P(RowStoreContract, GatherOfUnwrittenRowsIsTheirInitialValue) {
   EXPECT_EQ(again, out);
 }
 
+TEST_P(RowStoreContract, GatherExistingCreatesNoRowAndSeesTheNewestValues) {
+  // Rows 0..199 written (more than a tier's room: some are only below),
+  // row 1 updated again after; then an evaluation's read of written and
+  // never-written rows.
+  std::vector<int64_t> written(200);
+  for (int64_t i = 0; i < 200; ++i) written[i] = i;
+  ASSERT_TRUE(store_->Update(written, [](float* const* rows, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) rows[i][0] = -static_cast<float>(i);
+  }).ok());
+  ASSERT_TRUE(store_->Update(std::vector<int64_t>{1}, [](float* const* rows, int64_t) { rows[0][1] = 77; }).ok());
+  const int64_t size = store_->size();
+  ASSERT_EQ(size, 200);
+  const std::vector<int64_t> ids = {1, 5000, 199, 123456789012LL, 0, 5000};
+  std::vector<float> out(ids.size() * kCols, -1);
+  ASSERT_TRUE(store_->GatherExisting(ids, out.data()).ok());
+  EXPECT_EQ(store_->size(), size);  // nothing created
+  EXPECT_EQ(out[0 * kCols + 0], -1.0f);
+  EXPECT_EQ(out[0 * kCols + 1], 77.0f);
+  EXPECT_EQ(out[2 * kCols + 0], -199.0f);
+  EXPECT_EQ(out[4 * kCols + 0], 0.0f);
+  for (size_t i : {size_t{1}, size_t{3}, size_t{5}}) {  // never written: initial values
+    for (int c = 0; c < kCols; ++c) EXPECT_EQ(out[i * kCols + c], static_cast<float>(ids[i] * 10 + c)) << ids[i];
+  }
+  // And none appears later either (not in memory, not below).
+  int64_t visited = 0;
+  ASSERT_TRUE(store_->ForEach([&](int64_t id, const float*) {
+    EXPECT_LT(id, 200);
+    ++visited;
+    return Status::OK();
+  }).ok());
+  EXPECT_EQ(visited, 200);
+  // What Gather reads of the written rows is the same.
+  std::vector<float> gathered(3 * kCols);
+  ASSERT_TRUE(store_->Gather(std::vector<int64_t>{1, 199, 0}, gathered.data()).ok());
+  EXPECT_EQ(std::vector<float>(gathered.begin(), gathered.begin() + kCols),
+            std::vector<float>(out.begin(), out.begin() + kCols));
+}
+
 TEST_P(RowStoreContract, UpdateMaterializesAndPersists) {
   std::vector<int64_t> ids = {3, 4};
   ASSERT_TRUE(store_->Update(ids, [](float* const* rows, int64_t n) {

@@ -131,6 +131,37 @@ class TieredRowStore final : public RowStore, public RocksCheckpointable {
     return Run(ids, /*write=*/false, [&](float* const* rows, int64_t n) { fn(rows, n); });
   }
   Status Update(std::span<const int64_t> ids, const UpdateFn& fn) override { return Run(ids, /*write=*/true, fn); }
+  // Resident rows from memory, the others from below or, where below has
+  // none, their initial value; nothing is promoted or created. mu_ stays
+  // shared throughout, so no eviction or write-back runs meanwhile and what
+  // is below is current for every row not resident.
+  Status GatherExisting(std::span<const int64_t> ids, float* out) override {
+    const int cols = gather_cols(), w = row_width();
+    std::vector<int64_t> missing;
+    std::vector<size_t> where;
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    {
+      StripeGuard rows(stripes_, ~uint64_t{0}, /*exclusive=*/false);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const int64_t slot = Find(ids[i], Hash(ids[i]));
+        if (slot >= 0) {
+          std::memcpy(out + i * cols, Row(slot), sizeof(float) * cols);
+        } else {
+          missing.push_back(ids[i]);
+          where.push_back(i);
+        }
+      }
+    }
+    if (missing.empty()) return Status::OK();
+    std::vector<float> rows(missing.size() * w);
+    std::vector<uint8_t> found(missing.size());
+    TESSERA_RETURN_IF_ERROR(Fetch(missing, rows.data(), found.data()));
+    for (size_t k = 0; k < missing.size(); ++k) {
+      if (!found[k]) options_.init(missing[k], &rows[k * w]);
+      std::memcpy(out + where[k] * cols, &rows[k * w], sizeof(float) * cols);
+    }
+    return Status::OK();
+  }
   Status Put(std::span<const int64_t> ids, const float* rows) override {
     // Promotes the rows first only to keep one path; Put is rare (restores).
     const size_t bytes = sizeof(float) * row_width();
