@@ -199,7 +199,7 @@ Status RowDb::Get(std::span<const int64_t> ids, float* rows, uint8_t* found) {
   std::vector<rocksdb::Status> statuses(n);
   db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, keys.data(), values.data(), statuses.data());
   const size_t row_bytes = sizeof(float) * row_width_;
-  int64_t bytes = 0;
+  int64_t bytes = 0, rows_found = 0;
   for (size_t i = 0; i < n; ++i) {
     found[i] = 0;
     if (statuses[i].IsNotFound()) continue;
@@ -210,9 +210,12 @@ Status RowDb::Get(std::span<const int64_t> ids, float* rows, uint8_t* found) {
     }
     DecodeRowValue(values[i].data(), row_width_, rows + i * row_width_);
     found[i] = 1;
+    ++rows_found;
     bytes += static_cast<int64_t>(row_bytes);
   }
-  rows_read_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+  // Rows read are rows found: a lookup of an absent row reads none (the
+  // rocksdb tier's misses count those).
+  rows_read_.fetch_add(rows_found, std::memory_order_relaxed);
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
   return Status::OK();
 }

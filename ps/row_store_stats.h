@@ -28,8 +28,9 @@ struct TierStats {
 
 struct RowStoreStats {
   std::vector<TierStats> tiers;  // fastest first, e.g. {host, rocksdb}
-  // Traffic to RocksDB: rows looked up (found or not) and the value bytes
-  // returned; rows written and the key + value bytes written.
+  // Traffic to RocksDB: rows read (found: a lookup of an absent row is a
+  // miss of the rocksdb tier, not a read) and their value bytes; rows
+  // written and the key + value bytes written.
   int64_t rocksdb_rows_read = 0;
   int64_t rocksdb_bytes_read = 0;
   int64_t rocksdb_rows_written = 0;
