@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/config_conversion.h"
+
 namespace tessera::testing {
 
 using nlohmann::json;
@@ -17,6 +19,9 @@ StatusOr<Dump> ReadDump(const std::string& dir, const JobConfig& job) {
     }
     return -1;
   };
+  for (const TableConfig& t : job.tables) {
+    d.initial[t.name] = {kernels::ToRowInitializer(t.initializer, t.seed), t.embedding_dim};
+  }
   std::error_code ec;
   std::filesystem::directory_iterator entries(dir, ec);
   if (ec) return Status::NotFound("cannot read the dump folder " + dir + ": " + ec.message());
@@ -61,29 +66,42 @@ double MaxDifference(const Dump& a, const Dump& b, std::string* where) {
       *where = what;
     }
   };
-  for (const auto& [table, rows] : a.rows) {
-    auto other = b.rows.find(table);
-    for (const auto& [id, row] : rows) {
-      const std::vector<float>* o = nullptr;
-      if (other != b.rows.end()) {
-        auto it = other->second.find(id);
-        if (it != other->second.end()) o = &it->second;
-      }
-      if (o == nullptr) {
-        note(INFINITY, table + " row " + std::to_string(id) + " missing from one dump");
-        continue;
-      }
-      for (size_t c = 0; c < row.size(); ++c) {
-        note(std::fabs(row[c] - (*o)[c]), table + " row " + std::to_string(id) + " col " + std::to_string(c));
+  // Every row either dump holds, against the other's row or, where that
+  // dump lacks it, its initial value.
+  auto compare = [&](const Dump& x, const Dump& y, bool both_ways) {
+    for (const auto& [table, rows] : x.rows) {
+      auto other = y.rows.find(table);
+      auto init = x.initial.find(table);
+      for (const auto& [id, row] : rows) {
+        const std::vector<float>* o = nullptr;
+        std::vector<float> initial;
+        if (other != y.rows.end()) {
+          auto it = other->second.find(id);
+          if (it != other->second.end()) o = &it->second;
+        }
+        if (o != nullptr && !both_ways) continue;  // compared from the other side
+        if (o == nullptr) {
+          if (init == x.initial.end()) {
+            note(INFINITY, table + " row " + std::to_string(id) + " missing from one dump (table unknown)");
+            continue;
+          }
+          initial.resize(init->second.second);
+          kernels::InitRow(init->second.first, id, 0, init->second.second, initial.data());
+          o = &initial;
+        }
+        if (o->size() != row.size()) {
+          note(INFINITY, table + " row " + std::to_string(id) + " has another width in the other dump");
+          continue;
+        }
+        for (size_t c = 0; c < row.size(); ++c) {
+          note(std::fabs(row[c] - (*o)[c]), table + " row " + std::to_string(id) + " col " + std::to_string(c) +
+                                                (o == &initial ? " (absent from one dump: its initial value)" : ""));
+        }
       }
     }
-  }
-  for (const auto& [table, rows] : b.rows) {
-    for (const auto& [id, row] : rows) {
-      auto t = a.rows.find(table);
-      if (t == a.rows.end() || !t->second.count(id)) note(INFINITY, table + " row " + std::to_string(id) + " missing");
-    }
-  }
+  };
+  compare(a, b, true);
+  compare(b, a, false);
   for (const ParamArray& p : a.dense) {
     const ParamArray* q = FindParam(b.dense, p.name);
     if (q == nullptr || q->f32.size() != p.f32.size()) {
