@@ -28,18 +28,23 @@ endif()
 
 # tessera_add_test(NAME SOURCES... LIBS ... [LABELS ...] [TIMEOUT s])
 # One GoogleTest binary registered with CTest as one test with its own time bound.
+# main() of the GoogleTest binaries: a binary whose every test skipped
+# exits 77, shown by CTest as skipped (tests/support/gtest_main.cc).
+add_library(tessera_gtest_main STATIC ${PROJECT_SOURCE_DIR}/tests/support/gtest_main.cc)
+target_link_libraries(tessera_gtest_main PUBLIC GTest::gtest tessera_options)
+
 function(tessera_add_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
   add_executable(${name} ${T_SOURCES})
-  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main tessera_options)
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest tessera_gtest_main tessera_options)
   add_test(NAME ${name} COMMAND ${name})
   if(NOT T_LABELS)
     set(T_LABELS unit)
   endif()
-  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}" SKIP_RETURN_CODE 77)
 endfunction()
 
 # tessera_add_fuzz_target(NAME SOURCES... LIBS ... [DICT file])
