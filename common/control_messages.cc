@@ -130,11 +130,14 @@ StatusOr<RegisterReply> RegisterReply::Parse(const json& j) {
 }
 
 json TrainerProgress::ToJson() const {
-  return json{{"step", step},
-              {"loss", loss},
-              {"examples", examples},
-              {"examples_per_s", examples_per_s},
-              {"generation", generation}};
+  json j{{"step", step},
+         {"loss", loss},
+         {"examples", examples},
+         {"examples_per_s", examples_per_s},
+         {"generation", generation}};
+  if (epoch >= 0) j["epoch"] = epoch;
+  if (total_steps > 0) j["total_steps"] = total_steps;
+  return j;
 }
 
 json HeartbeatRequest::ToJson() const {
@@ -163,12 +166,15 @@ StatusOr<HeartbeatRequest> HeartbeatRequest::Parse(const json& j) {
     if (p != nullptr) {
       JsonFields pf(*p, "HEARTBEAT.progress");
       TrainerProgress progress;
-      TESSERA_RETURN_IF_ERROR(pf.OnlyKeys({"step", "loss", "examples", "examples_per_s", "generation"}));
+      TESSERA_RETURN_IF_ERROR(
+          pf.OnlyKeys({"step", "loss", "examples", "examples_per_s", "generation", "epoch", "total_steps"}));
       TESSERA_RETURN_IF_ERROR(pf.Int("step", &progress.step, true, 0, kMaxI64));
       TESSERA_RETURN_IF_ERROR(pf.Float("loss", &progress.loss, true));
       TESSERA_RETURN_IF_ERROR(pf.Float("examples", &progress.examples, true));
       TESSERA_RETURN_IF_ERROR(pf.Float("examples_per_s", &progress.examples_per_s, true));
       TESSERA_RETURN_IF_ERROR(pf.Int("generation", &progress.generation, true, 0, kMaxI64));
+      TESSERA_RETURN_IF_ERROR(pf.Int("epoch", &progress.epoch, false, 0, kMaxI64));
+      TESSERA_RETURN_IF_ERROR(pf.Int("total_steps", &progress.total_steps, false, 1, kMaxI64));
       if (progress.examples < 0 || progress.examples_per_s < 0) {
         return Status::InvalidArgument("HEARTBEAT.progress: examples and examples_per_s must be >= 0");
       }

@@ -65,6 +65,8 @@ struct TrainerProgress {
   double examples = 0;
   double examples_per_s = 0;
   int64_t generation = 0;
+  int64_t epoch = -1;        // -1: not said
+  int64_t total_steps = 0;   // the job's, as the trainer counts them; 0: not said
 
   nlohmann::json ToJson() const;
 };

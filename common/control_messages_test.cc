@@ -51,6 +51,13 @@ TEST(ControlMessagesTest, WhatIsWrittenReadsBack) {
   EXPECT_EQ(beat2->progress->step, 40);
   EXPECT_EQ(beat2->progress->generation, 2);
   EXPECT_DOUBLE_EQ(beat2->progress->loss, 0.25);
+  EXPECT_EQ(beat2->progress->epoch, -1);  // not said
+  beat.progress->epoch = 3;
+  beat.progress->total_steps = 5000;
+  auto beat3 = HeartbeatRequest::Parse(beat.ToJson());
+  ASSERT_TRUE(beat3.ok()) << beat3.status();
+  EXPECT_EQ(beat3->progress->epoch, 3);
+  EXPECT_EQ(beat3->progress->total_steps, 5000);
 
   HeartbeatReply state{"aborted", 4, "a reason", 2};
   auto state2 = HeartbeatReply::Parse(state.ToJson());

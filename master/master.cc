@@ -218,10 +218,12 @@ void Master::PrintProgress() {
   while (!progress_.empty() && progress_.begin()->second.reported >= world) {
     const auto [step, p] = *progress_.begin();
     progress_.erase(progress_.begin());
-    char line[160];
-    std::snprintf(line, sizeof(line), "[master] step %7lld  loss %.5f  examples/s %10.0f", static_cast<long long>(step),
-                  p.examples > 0 ? p.loss_sum / p.examples : 0.0, p.examples_per_s);
-    std::cout << line << std::endl;
+    const double loss = p.examples > 0 ? p.loss_sum / p.examples : 0.0;
+    const double steps_per_s =
+        p.examples_per_s / static_cast<double>(std::max<int64_t>(1, job_.training.batch_size * world));
+    if (!progress_line_) progress_line_ = std::make_unique<ProgressLine>(std::cout, options_.live_progress);
+    const int64_t total = p.total_steps > 0 ? p.total_steps : job_.training.steps;
+    progress_line_->Show(FormatProgressLine(step, total, p.epoch, loss, p.examples_per_s, steps_per_s));
   }
 }
 

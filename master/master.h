@@ -46,6 +46,7 @@
 #include "common/sharding_plan.h"
 #include "common/status.h"
 #include "master/kv_store.h"
+#include "master/progress_line.h"
 #include "master/step_barrier.h"
 
 namespace tessera {
@@ -73,6 +74,9 @@ struct MasterOptions {
   // trainer and the config's count of servers (or, after a peer timeout, at
   // least one) have registered.
   bool recover = false;
+  // Standard output is a terminal: progress is one live line redrawn in
+  // place (master_main sets it); otherwise plain log lines.
+  bool live_progress = false;
   // Fault injection for tests: called in the middle of the Nth checkpoint
   // (servers snapshotted, manifest not yet written); main() ends the process
   // there. 0 = never.
@@ -150,6 +154,8 @@ class Master {
     double loss_sum = 0;  // weighted by examples
     double examples = 0;
     double examples_per_s = 0;
+    int64_t epoch = -1;        // the highest a trainer reported
+    int64_t total_steps = 0;   // as the trainers count them
   };
   // A consistent cut a generation starts from: a checkpoint, or nothing
   // (step 0: every row at its initial value, the dense model from its seed).
@@ -267,6 +273,7 @@ class Master {
   // as an error naming it; OK when none. REQUIRES: mu_ held.
   Status FindStalledTrainer(Clock::time_point now) const;
   void PrintProgress();  // REQUIRES: mu_ held
+  std::unique_ptr<ProgressLine> progress_line_;  // GUARDED_BY(mu_)
   void AbortJob(const Status& reason);
   StatusOr<JobSummary> FinishJob();
   // A call to server `member`; the body of its reply. When `watch`, the

@@ -204,6 +204,8 @@ void Master::HandleHeartbeat(const HeartbeatRequest& req, Responder& r) {
       pr.loss_sum += req.progress->loss * req.progress->examples;
       pr.examples += req.progress->examples;
       pr.examples_per_s += req.progress->examples_per_s;
+      pr.epoch = std::max(pr.epoch, req.progress->epoch);
+      pr.total_steps = std::max(pr.total_steps, req.progress->total_steps);
       PrintProgress();
     }
   }

@@ -197,6 +197,7 @@ int main(int argc, char** argv) {
   options.advertise_host = FLAGS_advertise_host;
   options.register_timeout_ms = FLAGS_register_timeout_ms;
   options.dump_dir = FLAGS_dump_dir;
+  options.live_progress = tessera::ProgressLine::StdoutIsTerminal();
   options.resume = FLAGS_resume;
   options.recover = FLAGS_recover;
   options.crash_in_checkpoint = FLAGS_test_crash_in_checkpoint;

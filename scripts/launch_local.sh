@@ -296,7 +296,29 @@ if [ ! -s "$RUN_DIR/master.endpoint" ]; then
 fi
 MASTER="$(cat "$RUN_DIR/master.endpoint")"
 
-tail -n +1 -f "$RUN_DIR/master.log" 2>/dev/null | grep --line-buffered -E '^\[master\]|^Sharding plan|^param|^t_|^bytes per' &
+# On a terminal the master's progress lines ("[master] step ...") are one
+# line redrawn in place (cursor up, clear), other lines go below it; in a
+# log they stay lines.
+# Two processes in the pipe either way: killing the last one ends tail too.
+if [ -t 1 ]; then
+  # bash's read takes one line at a time (mawk would wait for a full buffer).
+  tail -n +1 -f "$RUN_DIR/master.log" 2>/dev/null | {
+    live=0
+    while IFS= read -r line; do
+      case "$line" in
+        "[master] step "*)
+          [ "$live" = 1 ] && printf '\033[1A\033[2K'
+          printf '%s\n' "$line"
+          live=1 ;;
+        "[master]"* | "Sharding plan"* | param* | t_* | "bytes per"*)
+          printf '%s\n' "$line"
+          live=0 ;;
+      esac
+    done
+  } &
+else
+  tail -n +1 -f "$RUN_DIR/master.log" 2>/dev/null | grep --line-buffered -E '^\[master\]|^Sharding plan|^param|^t_|^bytes per' &
+fi
 TAIL_PIDS+=("$!")
 
 # Starts server k as a child; its pid in PIDS, its name in NAMES.

@@ -441,7 +441,8 @@ Status Trainer::Train(const GenerationStart& start, json* report) {
     }
     return Status::OK();
   };
-  lo.on_progress = [this, &generation](const json& p) {
+  int64_t total_steps = 0;  // known once the loop is made
+  lo.on_progress = [this, &generation, &total_steps](const json& p) {
     LOG(INFO) << "trainer " << options_.rank << " step " << p["step"] << " loss " << p["loss"] << " examples/s "
               << p["examples_per_s"];
     TrainerProgress progress;
@@ -450,9 +451,12 @@ Status Trainer::Train(const GenerationStart& start, json* report) {
     progress.examples = p["examples"].get<double>();
     progress.examples_per_s = p["examples_per_s"].get<double>();
     progress.generation = generation;
+    progress.epoch = p.value("epoch", int64_t{-1});
+    progress.total_steps = total_steps;
     SendProgress(progress);
   };
   TrainingLoop loop(job, lo, data.get(), &embeddings, &local_tables, collective.get(), &model, &optimizer);
+  total_steps = loop.TotalSteps();
   LOG(INFO) << "trainer " << options_.rank << ": training " << loop.TotalSteps() << " steps of batch "
             << job.training.batch_size << " on " << data->num_examples() << " examples";
   TESSERA_ASSIGN_OR_RETURN(TrainingResult result, loop.Run());

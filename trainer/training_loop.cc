@@ -220,6 +220,7 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
       if (window_examples > 0) result.final_loss = window_mean;
       if (options_.on_progress) {
         options_.on_progress({{"step", step + 1},
+                              {"epoch", share.epoch},
                               {"loss", window_mean},
                               {"examples", window_examples},
                               {"examples_per_s", window_s > 0 ? window_examples / window_s : 0.0}});
