@@ -2,6 +2,19 @@
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
+# libzmq.pc's cflags name the headers of libzmq's own dependencies
+# (-isystem /usr/include/mit-krb5, pgm, libxml2), which no code here
+# includes, and CMake put them on the imported target one way on a fresh
+# configure and another on the next: whichever script configured build/
+# second recompiled everything. The target gets only zmq.h's folder, the
+# same every time (none when it is a system folder the compiler searches).
+find_path(TESSERA_ZMQ_INCLUDE_DIR zmq.h HINTS ${ZMQ_INCLUDEDIR} REQUIRED)
+set_property(TARGET PkgConfig::ZMQ PROPERTY INTERFACE_COMPILE_OPTIONS "")
+if(TESSERA_ZMQ_INCLUDE_DIR STREQUAL "/usr/include")
+  set_property(TARGET PkgConfig::ZMQ PROPERTY INTERFACE_INCLUDE_DIRECTORIES "")
+else()
+  set_property(TARGET PkgConfig::ZMQ PROPERTY INTERFACE_INCLUDE_DIRECTORIES "${TESSERA_ZMQ_INCLUDE_DIR}")
+endif()
 find_package(cppzmq REQUIRED)
 find_package(gflags REQUIRED)
 find_package(glog REQUIRED)
