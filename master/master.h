@@ -238,9 +238,15 @@ class Master {
   // Rolls the job back to the newest checkpoint (step 0 without one) on the
   // servers NextServers() gives.
   Status RollBack(const std::string& what);
-  // Whether a change of the servers waits for the next boundary: servers
-  // registered and not in the generation, or servers leaving.
+  // Whether the next boundary changes the servers: they differ and, when a
+  // precopy comes first, it is done.
   bool ServerChangePending() const;  // REQUIRES: mu_ held
+  // Servers registered and not in the generation, leaving, or backups
+  // missing: the job's servers are to change. REQUIRES: mu_ held.
+  bool ServersDiffer() const;
+  // Whether a change of servers copies its rows while the job trains first
+  // (runtime.precopy, and no precopy failed). REQUIRES: mu_ held.
+  bool PrecopyFirst() const;
   // After a promotion the plan lacks the backups it should have: the next
   // boundary re-plans (a migration) to build them.
   bool backups_missing_ = false;  // GUARDED_BY(mu_)

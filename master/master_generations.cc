@@ -61,16 +61,26 @@ Movement Moved(const JobConfig& job, const ShardingPlan& old_plan, const std::ve
 
 }  // namespace
 
-bool Master::ServerChangePending() const {
-  bool change = backups_missing_;
+bool Master::ServersDiffer() const {
+  if (backups_missing_) return true;
   for (const auto& [id, p] : ps_) {
     const bool in_generation = std::find(generation_ps_.begin(), generation_ps_.end(), id) != generation_ps_.end();
-    if (p.leaving || !in_generation) change = true;
+    if (p.leaving || !in_generation) return true;
   }
-  // A precopy toward the servers there are now runs first; the boundary
-  // then brings its copies up to date.
-  if (change && precopy_ && !precopy_->Finished() && precopy_->members == NextServers()) return false;
-  return change;
+  return false;
+}
+
+bool Master::PrecopyFirst() const {
+  return job_.runtime.precopy && !precopy_failed_ && state_ == State::kRunning && plan_.has_value();
+}
+
+bool Master::ServerChangePending() const {
+  if (!ServersDiffer()) return false;
+  // A precopy toward the servers there are now runs first (MaybeStartPrecopy
+  // starts it, also when one registered a moment ago); the boundary then
+  // brings its copies up to date.
+  if (PrecopyFirst() && (!precopy_ || precopy_->members != NextServers() || !precopy_->Finished())) return false;
+  return true;
 }
 
 bool Master::Precopy::Finished() const {
@@ -131,10 +141,7 @@ void Master::MaybeStartPrecopy() {
   std::vector<int> members;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!job_.runtime.precopy || precopy_failed_ || state_ != State::kRunning || !plan_ ||
-        !ServerChangePending()) {
-      return;
-    }
+    if (!PrecopyFirst() || !ServersDiffer()) return;
     members = NextServers();
     if (precopy_ && precopy_->members == members) return;  // running or done, for these servers
   }
