@@ -83,15 +83,29 @@ void PsService::Migrate(const MigrateRequest& req, std::function<void(StatusOr<j
     }
   }
   if (req.phase == MigratePhase::kChanged) return MigrateChanged(req, *job, *plan, *from, mine, std::move(done));
+  bool stale = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     // A server of the running plan serves it; a new one holds nothing yet.
-    if (job_ && plan_version_ != from->version) {
+    // One that holds an older plan's shards came back from a generation the
+    // job has left (it registered again after its master was replaced):
+    // those rows are not current, and it joins as a new server.
+    if (job_ && plan_version_ > from->version) {
       return done(Status::FailedPrecondition("MIGRATE from plan version " + std::to_string(from->version) +
                                              ": this server follows version " + std::to_string(plan_version_)));
     }
+    stale = job_.has_value() && plan_version_ < from->version;
   }
   EndMigration();
+  if (stale) {
+    std::lock_guard<std::mutex> lock(mu_);
+    LOG(WARNING) << "ps " << ps_rank_.load() << ": dropping the shards of plan version " << plan_version_
+                 << ", which the job has left; joining plan version " << plan->version << " as a new server";
+    shards_ = std::make_shared<ShardMap>();
+    job_.reset();
+    backups_.clear();
+    contexts_.clear();
+  }
   std::vector<ShardSpec> stage;
   if (req.phase == MigratePhase::kPrecopy) {
     // Before any FETCH_ROWS is served (they are refused until migration_

@@ -384,6 +384,40 @@ TEST_P(MigrationTest, PrecopyWhileTrainingThenOnlyTheChangedRowsMove) {
   for (int t = 0; t < 2; ++t) EXPECT_EQ(Table({a, b}, two, t, 13), Table({reference}, one, t, 13)) << "table " << t;
 }
 
+// A server that came back holding an older plan's shards (its master was
+// replaced and the job rolled back without it) joins as a new server: its
+// stale rows are dropped and it fetches the current ones.
+TEST_P(MigrationTest, AServerWithAnOlderPlansShardsJoinsAsANewOne) {
+  const JobConfig job = MakeJob();
+  ShardingPlan one = OnePlan();
+  one.version = 2;  // the running plan, after a rollback
+  ShardingPlan two = TwoPlan();
+  two.version = 3;
+  ShardingPlan old = OnePlan();  // version 1: what the stale server holds
+  Node* a = AddNode("a");
+  Node* reference = AddNode("reference");
+  Node* stale = AddNode("stale");
+  ASSERT_TRUE(a->service->CreateShards(job, one).ok());
+  ASSERT_TRUE(reference->service->CreateShards(job, one).ok());
+  ASSERT_TRUE(stale->service->CreateShards(job, old).ok());
+  Train({a}, one, 0, 4);
+  Train({reference}, one, 0, 4);
+  Train({stale}, old, 0, 1);  // its rows differ from the job's
+  stale->service->set_rank(1);
+  std::promise<StatusOr<json>> on_a;
+  a->service->Migrate(Migration(one, two, 0, {a}, {a, stale}, 4),
+                      [&](StatusOr<json> r) { on_a.set_value(std::move(r)); });
+  auto on_stale = RunMigrate(stale, Migration(one, two, 1, {a}, {a, stale}, 4));
+  ASSERT_TRUE(on_stale.ok()) << on_stale.status();
+  ASSERT_TRUE(on_a.get_future().get().ok());
+  ASSERT_TRUE(a->service->CreateShards(job, two, {}, /*keep=*/true, /*staged=*/3).ok());
+  ASSERT_TRUE(stale->service->CreateShards(job, two, {}, /*keep=*/true, /*staged=*/3).ok());
+  for (int t = 0; t < 2; ++t) EXPECT_EQ(Table({a, stale}, two, t, 4), Table({reference}, one, t, 4)) << "table " << t;
+  // A server ahead of the migration's plan is refused.
+  auto behind = Migration(old, two, 1, {a}, {a, stale}, 4);
+  EXPECT_EQ(RunMigrate(stale, behind).status().code(), StatusCode::kFailedPrecondition);
+}
+
 // A `changed` migration needs a finished precopy to the same plan.
 TEST_P(MigrationTest, ChangedRowsWithoutAPrecopyAreRefused) {
   const JobConfig job = MakeJob();
