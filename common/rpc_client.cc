@@ -3,6 +3,7 @@
 #include <cstring>
 #include <future>
 #include <random>
+#include <set>
 
 #include <glog/logging.h>
 
@@ -181,7 +182,9 @@ void RpcClient::ReadMonitor(int peer) {
 
 void RpcClient::IoLoop() {
   std::vector<zmq::pollitem_t> items;
-  std::deque<Outgoing> out;
+  std::deque<Outgoing> out, sends;
+  std::deque<Outgoing> waiting;  // not yet taken by their socket
+  std::set<int> blocked;         // peers whose socket took no call this round
   std::deque<ConnectRequest> connects;
   std::vector<Cancel> cancels;
   std::vector<int> disconnects;
@@ -254,7 +257,14 @@ void RpcClient::IoLoop() {
       }
     }
     connects.clear();
-    for (Outgoing& o : out) {
+    // Calls still waiting for their connection go first, in order, and a
+    // peer's later calls queue behind its waiting ones.
+    for (Outgoing& o : out) waiting.push_back(std::move(o));
+    out.clear();
+    sends.swap(waiting);
+    blocked.clear();
+    const auto send_time = std::chrono::steady_clock::now();
+    for (Outgoing& o : sends) {
       if (o.peer < 0 || o.peer >= static_cast<int>(sockets_.size())) {
         fail(o.done, Status::InvalidArgument("no such peer " + std::to_string(o.peer)));
         continue;
@@ -268,18 +278,44 @@ void RpcClient::IoLoop() {
         continue;
       }
       const uint64_t id = o.message.header.request_id;
-      Status st = SendMessage(*sockets_[o.peer], nullptr, std::move(o.message));
-      if (!st.ok()) {
-        fail(o.done, st);
+      StatusOr<bool> sent = blocked.count(o.peer) ? StatusOr<bool>(false) : TrySendMessage(*sockets_[o.peer], o.message);
+      if (!sent.ok()) {
+        fail(o.done, sent.status());
+        continue;
+      }
+      if (!*sent) {
+        // No connection to send on yet (or a full queue): never block the
+        // thread that serves every peer; try again until the deadline.
+        if (o.deadline <= send_time) {
+          std::string endpoint;
+          {
+            std::lock_guard<std::mutex> lock(links_mu_);
+            endpoint = links_[o.peer].endpoint;
+          }
+          fail(o.done, Status::DeadlineExceeded("no connection to the server at " + endpoint +
+                                                " took the request before the deadline"));
+        } else {
+          blocked.insert(o.peer);
+          waiting.push_back(std::move(o));
+        }
         continue;
       }
       pending_.emplace(id, Pending{o.deadline, std::move(o.done), o.peer});
     }
-    out.clear();
+    sends.clear();
     // After the sends above: a call started before CancelCalls is cancelled
     // too, one started after it (a later id) is not, even when both were
     // queued by the time this loop ran.
     for (auto& [peer, why, before_id] : cancels) {
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        if (it->peer != peer || it->message.header.request_id >= before_id) {
+          ++it;
+          continue;
+        }
+        RpcCallback done = std::move(it->done);
+        it = waiting.erase(it);
+        fail(done, why);
+      }
       for (auto it = pending_.begin(); it != pending_.end();) {
         if (it->second.peer != peer || it->first >= before_id) {
           ++it;
@@ -293,6 +329,15 @@ void RpcClient::IoLoop() {
     cancels.clear();
     for (int peer : disconnects) {
       if (peer < 0 || peer >= static_cast<int>(sockets_.size()) || !sockets_[peer]) continue;
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        if (it->peer != peer) {
+          ++it;
+          continue;
+        }
+        RpcCallback done = std::move(it->done);
+        it = waiting.erase(it);
+        fail(done, Status::Cancelled("the connection was closed (Disconnect)"));
+      }
       for (auto it = pending_.begin(); it != pending_.end();) {
         if (it->second.peer != peer) {
           ++it;
@@ -364,6 +409,7 @@ void RpcClient::IoLoop() {
     out.swap(outgoing_);
     connects.swap(connects_);
   }
+  for (Outgoing& o : waiting) fail(o.done, Status::Cancelled("client shut down"));
   for (Outgoing& o : out) fail(o.done, Status::Cancelled("client shut down"));
   for (ConnectRequest& c : connects) c.done(Status::Cancelled("client shut down"));
   for (auto& [id, p] : pending_) fail(p.done, Status::Cancelled("client shut down"));

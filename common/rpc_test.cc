@@ -384,6 +384,53 @@ TEST_F(CurveTest, APlainClientGetsNowhere) {
   EXPECT_EQ(served_.load(), 0);
 }
 
+// A peer that never takes a connection (its handshakes fail) must not stall
+// the client's other peers: a DEALER without a connection blocks a send, and
+// the one thread serving every peer must never make one (found as a hang of
+// the forged-messages test).
+TEST_F(CurveTest, APeerThatNeverConnectsStallsNoOtherPeer) {
+  auto echo = RpcServer::Start(RpcServerOptions{"tcp://127.0.0.1:0", 1}, [](Message&& m, Responder r) {
+    Message reply;
+    for (auto& f : m.frames) reply.AddBytes(f.data(), f.size());
+    r.Reply(std::move(reply));
+  });
+  ASSERT_TRUE(echo.ok()) << echo.status();
+  auto client = Client("", Role::kNone);
+  auto stranger = client->Connect(server_->endpoint());
+  auto friendly = client->Connect((*echo)->endpoint());
+  ASSERT_TRUE(stranger.ok() && friendly.ok());
+  std::vector<RpcFuture> refused;
+  bool stalled = false;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < end && !stalled) {
+    for (int i = 0; i < 20; ++i) refused.push_back(client->Call(*stranger, Message(Opcode::kHeartbeat), milliseconds(300)));
+    Message ping(Opcode::kHeartbeat);
+    ping.AddString("ping");
+    RpcFuture pong = client->Call(*friendly, std::move(ping), milliseconds(5000));
+    if (!pong.WaitFor(milliseconds(10000))) {
+      stalled = true;
+      break;
+    }
+    auto reply = pong.Wait();
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->frames.at(0).to_string(), "ping");
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  for (RpcFuture& f : refused) {
+    if (stalled) break;
+    if (!f.WaitFor(milliseconds(10000))) {
+      stalled = true;
+      break;
+    }
+    EXPECT_FALSE(f.Wait().ok());
+  }
+  if (stalled) {
+    ADD_FAILURE() << "the client's I/O thread stalled: calls got no answer, not even their deadline's";
+    (void)client.release();  // its thread never ends: leave it, so the test does
+  }
+  EXPECT_EQ(served_.load(), 0);
+}
+
 TEST_F(CurveTest, ConnectingWithKeysNeedsTheServersRole) {
   auto client = Client("job", Role::kTrainer);
   EXPECT_EQ(client->Connect(server_->endpoint()).status().code(), StatusCode::kInvalidArgument);

@@ -4,16 +4,25 @@
 
 namespace tessera {
 
-Status SendMessage(zmq::socket_t& socket, const std::string* routing_id, Message&& m) {
+namespace {
+
+// Sends m; with `dont_wait`, returns false (m untouched) when the socket
+// cannot take its first part now. ZeroMQ queues a multipart message whole
+// once its first part is in, so only the first part can find it full.
+StatusOr<bool> Send(zmq::socket_t& socket, const std::string* routing_id, Message& m, bool dont_wait) {
   m.header.frame_count = static_cast<uint16_t>(m.frames.size());
   uint8_t header[kHeaderBytes];
   EncodeHeader(m.header, header);
+  const zmq::send_flags first_flags = dont_wait ? zmq::send_flags::dontwait : zmq::send_flags::none;
   try {
-    if (routing_id != nullptr) {
-      socket.send(zmq::buffer(*routing_id), zmq::send_flags::sndmore);
-    }
     const bool more = !m.frames.empty();
-    socket.send(zmq::buffer(header, kHeaderBytes), more ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    if (routing_id != nullptr) {
+      if (!socket.send(zmq::buffer(*routing_id), zmq::send_flags::sndmore | first_flags)) return false;
+      socket.send(zmq::buffer(header, kHeaderBytes), more ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    } else if (!socket.send(zmq::buffer(header, kHeaderBytes),
+                            (more ? zmq::send_flags::sndmore : zmq::send_flags::none) | first_flags)) {
+      return false;
+    }
     for (size_t i = 0; i < m.frames.size(); ++i) {
       const bool last = i + 1 == m.frames.size();
       socket.send(m.frames[i], last ? zmq::send_flags::none : zmq::send_flags::sndmore);
@@ -22,8 +31,16 @@ Status SendMessage(zmq::socket_t& socket, const std::string* routing_id, Message
     return Status::Unavailable(std::string("zmq send: ") + e.what());
   }
   m.frames.clear();
-  return Status::OK();
+  return true;
 }
+
+}  // namespace
+
+Status SendMessage(zmq::socket_t& socket, const std::string* routing_id, Message&& m) {
+  return Send(socket, routing_id, m, false).status();
+}
+
+StatusOr<bool> TrySendMessage(zmq::socket_t& socket, Message& m) { return Send(socket, nullptr, m, true); }
 
 Status RecvMessage(zmq::socket_t& socket, std::string* routing_id, Message* m, std::string* user_id) {
   std::vector<zmq::message_t> parts;

@@ -15,6 +15,12 @@ namespace tessera {
 // are moved out of `m`. routing_id is null on a DEALER.
 Status SendMessage(zmq::socket_t& socket, const std::string* routing_id, Message&& m);
 
+// The same on a DEALER without blocking: false, with `m` untouched, when the
+// socket cannot take it now (no connection to send on, as a DEALER has
+// after a refused handshake, or a full queue); the caller tries again later.
+// A blocking send there would stall the thread that owns every socket.
+StatusOr<bool> TrySendMessage(zmq::socket_t& socket, Message& m);
+
 // Receives one multipart message without blocking. Returns NotFound when none
 // is waiting. On a ROUTER, the first part is stored in *routing_id. A message
 // whose header is malformed, or whose frame count disagrees with the header,
