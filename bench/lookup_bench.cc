@@ -7,7 +7,11 @@
 // row-wise and column-wise sharding of every table it prints lookups/s (ids
 // per second), lookup+push steps/s, and the bytes moved per step against the
 // minimum: every unique id's row once (unique ids x dim x 4), which is what a
-// server holding the row must send at the least.
+// server holding the row must send at the least. Each sharding runs twice,
+// back to back: with rows pooled by the servers (training.row_replies
+// "never", the peer) and with the default "auto" (distinct rows, pooled by
+// the trainer, where that moves fewer bytes). "push B/step" is the gradient
+// push of a training step, whose minimum is the same rows again.
 //
 //   tessera_lookup_bench [--steps N] [--batch B] [--rows R] [--dim D]
 #include <chrono>
@@ -71,71 +75,79 @@ int Run(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--rows")) rows = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--dim")) dim = std::atoi(argv[i + 1]);
   }
-  std::printf("%-12s %14s %12s %14s %14s %14s %8s\n", "sharding", "lookups/s", "steps/s", "sent B/step",
-              "recv B/step", "min B/step", "ratio");
+  std::printf("%-12s %-7s %14s %12s %14s %14s %14s %14s %8s %8s\n", "sharding", "replies", "lookups/s", "steps/s",
+              "sent B/step", "recv B/step", "push B/step", "min B/step", "ratio", "push/min");
   for (const char* sharding : {"table_wise", "row_wise", "column_wise"}) {
-    JobConfig job = MakeJob(sharding, rows, dim, batch);
-    auto plan = PlanSharding(job, PlannerOptions::Uniform(2));
-    CHECK(plan.ok()) << plan.status();
-    std::vector<std::unique_ptr<PsService>> services;
-    std::vector<std::unique_ptr<RpcServer>> servers;
-    auto client = std::move(RpcClient::Create()).value();
-    std::vector<int> peers;
-    for (int s = 0; s < 2; ++s) {
-      PsServiceOptions options{s};
-      options.open_to_any_sender = true;  // no master: the bench plays it
-      services.push_back(std::make_unique<PsService>(options));
-      JobConfig async = job;
-      async.training.consistency = Consistency::kAsync;
-      CHECK(services.back()->CreateShards(async, *plan).ok());
-      PsService* svc = services.back().get();
-      servers.push_back(std::move(RpcServer::Start(RpcServerOptions{"tcp://127.0.0.1:0", 2},
-                                                   [svc](Message&& m, Responder r) {
-                                                     svc->Handle(std::move(m), std::move(r));
-                                                   }))
-                            .value());
-      peers.push_back(*client->Connect(servers.back()->endpoint()));
-    }
-    EmbeddingClient embeddings(EmbeddingClientOptions{0, std::chrono::milliseconds(60000)}, job, *plan,
-                               client.get(), peers);
-    auto data = OpenTrainingData(job);
-    CHECK(data.ok()) << data.status();
-    std::vector<Batch> batches(8);
-    double min_bytes = 0;
-    for (size_t i = 0; i < batches.size(); ++i) {
-      CHECK((*data)->Read(i * batch, batch, &batches[i]).ok());
-      const auto offsets = batches[i].sparse.FeatureValueOffsets();
-      for (int f = 0; f < 26; ++f) {
-        std::set<int64_t> unique(batches[i].sparse.values.begin() + offsets[f],
-                                 batches[i].sparse.values.begin() + offsets[f + 1]);
-        min_bytes += static_cast<double>(unique.size()) * dim * 4;
+  for (RowReplies replies : {RowReplies::kNever, RowReplies::kAuto}) {
+      JobConfig job = MakeJob(sharding, rows, dim, batch);
+      auto plan = PlanSharding(job, PlannerOptions::Uniform(2));
+      CHECK(plan.ok()) << plan.status();
+      std::vector<std::unique_ptr<PsService>> services;
+      std::vector<std::unique_ptr<RpcServer>> servers;
+      auto client = std::move(RpcClient::Create()).value();
+      std::vector<int> peers;
+      for (int s = 0; s < 2; ++s) {
+        PsServiceOptions options{s};
+        options.open_to_any_sender = true;  // no master: the bench plays it
+        services.push_back(std::make_unique<PsService>(options));
+        JobConfig async = job;
+        async.training.consistency = Consistency::kAsync;
+        CHECK(services.back()->CreateShards(async, *plan).ok());
+        PsService* svc = services.back().get();
+        servers.push_back(std::move(RpcServer::Start(RpcServerOptions{"tcp://127.0.0.1:0", 2},
+                                                     [svc](Message&& m, Responder r) {
+                                                       svc->Handle(std::move(m), std::move(r));
+                                                     }))
+                              .value());
+        peers.push_back(*client->Connect(servers.back()->endpoint()));
       }
-    }
-    min_bytes /= static_cast<double>(batches.size());
+      EmbeddingClientOptions client_options{0, std::chrono::milliseconds(60000)};
+      client_options.row_replies = replies;
+      EmbeddingClient embeddings(client_options, job, *plan, client.get(), peers);
+      auto data = OpenTrainingData(job);
+      CHECK(data.ok()) << data.status();
+      std::vector<Batch> batches(8);
+      double min_bytes = 0;
+      for (size_t i = 0; i < batches.size(); ++i) {
+        CHECK((*data)->Read(i * batch, batch, &batches[i]).ok());
+        const auto offsets = batches[i].sparse.FeatureValueOffsets();
+        for (int f = 0; f < 26; ++f) {
+          std::set<int64_t> unique(batches[i].sparse.values.begin() + offsets[f],
+                                   batches[i].sparse.values.begin() + offsets[f + 1]);
+          min_bytes += static_cast<double>(unique.size()) * dim * 4;
+        }
+      }
+      min_bytes /= static_cast<double>(batches.size());
 
-    FeatureOutputs out, grads;
-    // Warm-up: materializes the rows the batches touch.
-    for (size_t i = 0; i < batches.size(); ++i) CHECK(embeddings.Lookup(i, batches[i].sparse, true, &out).ok());
-    double sent = 0, received = 0;
-    auto t0 = Clock::now();
-    for (int s = 0; s < steps; ++s) {
-      CHECK(embeddings.Lookup(s, batches[s % batches.size()].sparse, true, &out).ok());
-      sent += static_cast<double>(embeddings.last_lookup_bytes());
-      received += static_cast<double>(embeddings.last_reply_bytes());
+      FeatureOutputs out, grads;
+      // Warm-up: materializes the rows the batches touch.
+      for (size_t i = 0; i < batches.size(); ++i) CHECK(embeddings.Lookup(i, batches[i].sparse, true, &out).ok());
+      double sent = 0, received = 0;
+      auto t0 = Clock::now();
+      for (int s = 0; s < steps; ++s) {
+        CHECK(embeddings.Lookup(s, batches[s % batches.size()].sparse, true, &out).ok());
+        sent += static_cast<double>(embeddings.last_lookup_bytes());
+        received += static_cast<double>(embeddings.last_reply_bytes());
+      }
+      const double lookup_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      // Lookup + gradient push, as in training (async servers).
+      t0 = Clock::now();
+      double pushed = 0;
+      for (int s = 0; s < steps; ++s) {
+        const Status looked = embeddings.Lookup(s, batches[s % batches.size()].sparse, false, &out);
+        CHECK(looked.ok()) << looked;
+        grads = out;
+        CHECK(embeddings.PushGradients(grads).ok());
+        pushed += static_cast<double>(embeddings.last_push_bytes());
+      }
+      const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double ids_per_step = static_cast<double>(batch) * 26;
+      std::printf("%-12s %-7s %14.0f %12.1f %14.0f %14.0f %14.0f %14.0f %8.2f %8.2f\n", sharding,
+                  RowRepliesName(replies), steps * ids_per_step / lookup_s, steps / step_s, sent / steps,
+                  received / steps, pushed / steps, min_bytes, (sent + received) / steps / min_bytes,
+                  pushed / steps / min_bytes);
+      std::fflush(stdout);
     }
-    const double lookup_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    // Lookup + gradient push, as in training (async servers).
-    t0 = Clock::now();
-    for (int s = 0; s < steps; ++s) {
-      CHECK(embeddings.Lookup(1000 + s, batches[s % batches.size()].sparse, false, &out).ok());
-      grads = out;
-      CHECK(embeddings.PushGradients(grads).ok());
-    }
-    const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double ids_per_step = static_cast<double>(batch) * 26;
-    std::printf("%-12s %14.0f %12.1f %14.0f %14.0f %14.0f %8.2f\n", sharding, steps * ids_per_step / lookup_s,
-                steps / step_s, sent / steps, received / steps, min_bytes, (sent + received) / steps / min_bytes);
-    std::fflush(stdout);
   }
   return 0;
 }

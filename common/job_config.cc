@@ -206,10 +206,26 @@ Status ParseData(const json& j, DataConfig* d, const std::string& base_dir) {
   return Status::OK();
 }
 
+}  // namespace
+
+const char* RowRepliesName(RowReplies r) {
+  switch (r) {
+    case RowReplies::kAuto:
+      return "auto";
+    case RowReplies::kNever:
+      return "never";
+    case RowReplies::kAlways:
+      return "always";
+  }
+  return "auto";
+}
+
+namespace {
+
 Status ParseTraining(const json& j, TrainingConfig* t) {
   JsonFields f(j, "training");
   TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"batch_size", "steps", "epochs", "dense_optimizer", "sparse_optimizer",
-                                      "consistency", "prefetch", "seed", "log_every"}));
+                                      "consistency", "prefetch", "row_replies", "seed", "log_every"}));
   TESSERA_RETURN_IF_ERROR(f.Int("batch_size", &t->batch_size, true, 1, 1 << 24));
   TESSERA_RETURN_IF_ERROR(f.Int("steps", &t->steps, false, 0, kMaxI64));
   TESSERA_RETURN_IF_ERROR(f.Int("epochs", &t->epochs, false, 0, 1 << 20));
@@ -233,6 +249,17 @@ Status ParseTraining(const json& j, TrainingConfig* t) {
   if (t->prefetch && t->consistency != Consistency::kAsync) {
     return Status::InvalidArgument(
         "training.prefetch: needs consistency 'async' (a prefetched lookup cannot see the step before it)");
+  }
+  std::string replies = RowRepliesName(t->row_replies);
+  TESSERA_RETURN_IF_ERROR(f.String("row_replies", &replies, false));
+  if (replies == "auto") {
+    t->row_replies = RowReplies::kAuto;
+  } else if (replies == "never") {
+    t->row_replies = RowReplies::kNever;
+  } else if (replies == "always") {
+    t->row_replies = RowReplies::kAlways;
+  } else {
+    return Status::InvalidArgument("training.row_replies: must be 'auto', 'never' or 'always', got '" + replies + "'");
   }
   int64_t seed = 0;
   TESSERA_RETURN_IF_ERROR(f.Int("seed", &seed, false, 0, kMaxI64));
@@ -513,6 +540,7 @@ json JobConfig::ToJson() const {
         {"sparse_optimizer", OptimizerToJson(training.sparse_optimizer)},
         {"consistency", ConsistencyName(training.consistency)},
         {"prefetch", training.prefetch},
+        {"row_replies", RowRepliesName(training.row_replies)},
         {"seed", training.seed},
         {"log_every", training.log_every}}},
       {"checkpoint", {{"dir", checkpoint.dir}, {"every_steps", checkpoint.every_steps}, {"keep", checkpoint.keep}}},

@@ -110,6 +110,15 @@ struct DataConfig {
   bool weighted = false;             // per-id weights for weighted pooling
 };
 
+// How a pooled feature's rows come back from the servers. kAuto: as
+// distinct rows, pooled by the trainer, when that moves fewer bytes (a batch
+// with fewer distinct ids than bags: the hot ids of one-hot features), else
+// pooled by the servers. Both ways run the same kernels on the same ids in
+// the same order, so outputs and updates are the same bit for bit; kNever
+// and kAlways exist to compare them.
+enum class RowReplies { kAuto, kNever, kAlways };
+const char* RowRepliesName(RowReplies r);
+
 struct TrainingConfig {
   int64_t batch_size = 128;  // per trainer
   int64_t steps = 0;         // 0: run `epochs` epochs
@@ -121,6 +130,7 @@ struct TrainingConfig {
   // compute, so they travel while it computes; they may miss this trainer's
   // own step-s update (a staleness of one step).
   bool prefetch = false;
+  RowReplies row_replies = RowReplies::kAuto;
   uint64_t seed = 0;
   int64_t log_every = 10;  // master prints progress every this many steps
 };

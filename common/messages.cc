@@ -34,8 +34,11 @@ StatusOr<LookupRequest> DecodeLookupRequest(Message&& m) {
   for (const LookupEntry& e : r.entries.span()) {
     bags += e.num_bags;
     ids += e.num_ids;
-    if (e.flags & ~(kEntryWeighted | kEntrySumPartial | kEntryContextOnly)) {
+    if (e.flags & ~(kEntryWeighted | kEntrySumPartial | kEntryContextOnly | kEntryRows)) {
       return Status::InvalidArgument("lookup entry has unknown flags " + std::to_string(e.flags));
+    }
+    if (e.rows() && (e.num_bags != 0 || e.weighted() || e.sum_partial())) {
+      return Status::InvalidArgument("a rows lookup entry has bags, weights or sum_partial (it has none)");
     }
     if (e.weighted()) weighted_ids += e.num_ids;
   }
@@ -60,7 +63,7 @@ StatusOr<LookupRequest> DecodeLookupRequest(Message&& m) {
       if (len < 0) return Status::InvalidArgument("negative bag length in lookup entry " + std::to_string(i));
       sum += len;
     }
-    if (sum != e.num_ids) {
+    if (!e.rows() && sum != e.num_ids) {
       return Status::InvalidArgument("lengths of lookup entry " + std::to_string(i) + " sum to " +
                                      std::to_string(sum) + " but it has " + std::to_string(e.num_ids) + " ids");
     }

@@ -11,7 +11,11 @@
 //                     bit 1 sum_partial (pool by SUM even for a MEAN table: the
 //                     trainer divides after adding the partials of row shards),
 //                     bit 2 context_only (a backup's copy: open the context,
-//                     reply no values for it)
+//                     reply no values for it), bit 3 rows (the ids are
+//                     distinct rows: the reply is each id's row, the push each
+//                     id's row gradient; the trainer pools and un-pools, so a
+//                     batch with fewer distinct ids than bags moves each row
+//                     once; num_bags 0, not weighted, not sum_partial)
 //     Lengths      := int32[sum num_bags]       ids per bag, entry after entry
 //     Ids          := int64[sum num_ids]        row ids in the table's id space
 //     Weights      := float32[sum num_ids of weighted entries]
@@ -19,7 +23,8 @@
 //     Values       := float32[sum over entries but context_only ones of
 //                     out_rows x shard_cols]
 //                     out_rows = the entry's non-empty bags, in bag order (pooled
-//                     table: an empty bag has no row) or num_ids (unpooled)
+//                     table: an empty bag has no row) or num_ids (unpooled, or
+//                     a rows entry)
 //
 //   PushRequest    := Header(op=PUSH_GRADIENTS) PushMeta Entries Grads
 //     PushMeta     := trainer:u32 flags:u32 step:u64
@@ -67,6 +72,12 @@ inline constexpr uint32_t kEntrySumPartial = 2;
 // To a shard's backup: open the backward context (so it can apply the same
 // push) but send no values; the reply has none for this entry.
 inline constexpr uint32_t kEntryContextOnly = 4;
+// The entry's ids are distinct rows: the reply carries each row as stored
+// (no pooling), the push each row's gradient. The trainer sends this when a
+// batch has fewer distinct ids than bags (hot ids of one-hot features), so
+// each row crosses the wire once; it pools and un-pools with the same
+// kernels the server would, so the arithmetic is the same bit for bit.
+inline constexpr uint32_t kEntryRows = 8;
 
 struct LookupEntry {
   uint32_t shard = 0;
@@ -76,6 +87,7 @@ struct LookupEntry {
   bool weighted() const { return flags & kEntryWeighted; }
   bool sum_partial() const { return flags & kEntrySumPartial; }
   bool context_only() const { return flags & kEntryContextOnly; }
+  bool rows() const { return flags & kEntryRows; }
 };
 static_assert(sizeof(LookupEntry) == 16);
 
@@ -108,7 +120,8 @@ Message EncodeLookupRequest(const LookupMeta& meta, std::vector<LookupEntry>&& e
                             std::vector<int32_t>&& lengths, std::vector<int64_t>&& ids,
                             std::vector<float>&& weights);
 // Checks: 5 frames; sum of num_bags == lengths; lengths >= 0 and each entry's
-// lengths sum to its num_ids; sum of num_ids == ids; weights match.
+// lengths sum to its num_ids (a rows entry: no bags, no weights, not
+// sum_partial); sum of num_ids == ids; weights match.
 StatusOr<LookupRequest> DecodeLookupRequest(Message&& m);
 
 Message EncodeLookupResponse(const Header& request, std::vector<float>&& values);

@@ -121,6 +121,24 @@ TEST(MessagesTest, LookupWeightsMismatch) {
   EXPECT_NE(DecodeLookupRequest(Transmit(m)).status().message().find("weights"), std::string::npos);
 }
 
+TEST(MessagesTest, LookupRowsEntriesHaveNoBagsWeightsOrPartials) {
+  // Beside a pooled entry: lengths belong to the pooled one only.
+  Message ok = EncodeLookupRequest(LookupMeta{}, {{1, 0, 3, kEntryRows}, {2, 1, 2, 0}}, {2}, {4, 5, 6, 7, 8}, {});
+  auto r = DecodeLookupRequest(Transmit(ok));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->entries[0].rows());
+  EXPECT_FALSE(r->entries[1].rows());
+  for (const LookupEntry& bad : {LookupEntry{1, 1, 1, kEntryRows}, LookupEntry{1, 0, 1, kEntryRows | kEntryWeighted},
+                                 LookupEntry{1, 0, 1, kEntryRows | kEntrySumPartial}}) {
+    std::vector<int32_t> lengths(bad.num_bags, 1);
+    std::vector<float> weights(bad.weighted() ? 1 : 0, 1.0f);
+    Message m = EncodeLookupRequest(LookupMeta{}, {bad}, std::move(lengths), {4}, std::move(weights));
+    auto d = DecodeLookupRequest(Transmit(m));
+    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << bad.flags;
+    EXPECT_NE(d.status().message().find("rows lookup entry"), std::string::npos) << d.status();
+  }
+}
+
 TEST(MessagesTest, LookupBadMetaSize) {
   Message m = Transmit(SampleLookup());
   m.frames[0] = zmq::message_t(8);

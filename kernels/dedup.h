@@ -17,6 +17,11 @@ class IdDeduper {
   // inverse: inverse[i] is the position of ids[i] in `unique`.
   // Both are overwritten. REQUIRES: ids.size() < 2^31.
   void Run(std::span<const int64_t> ids, std::vector<int64_t>* unique, std::vector<int32_t>* inverse);
+  // The same while there are at most `max_unique` distinct ids; returns false
+  // (and leaves unique and inverse unspecified) as soon as there are more, so
+  // that asking "are there few?" of a batch with many costs little.
+  bool RunAtMost(std::span<const int64_t> ids, size_t max_unique, std::vector<int64_t>* unique,
+                 std::vector<int32_t>* inverse);
 
  private:
   std::vector<int64_t> keys_;

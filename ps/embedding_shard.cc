@@ -46,9 +46,7 @@ void EmbeddingShard::InitRow(int64_t id, float* row) const {
   kernels::InitSparseOptimizerState(optimizer_, spec_.num_cols, row + spec_.num_cols);
 }
 
-Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const int64_t> ids,
-                               std::span<const float> weights, bool sum_partial, kernels::IdDeduper* dedup,
-                               ForwardContextEntry* ctx, float* out, bool evaluation) {
+Status EmbeddingShard::CheckIds(std::span<const int64_t> ids) const {
   const int64_t lo = spec_.row_offset, hi = spec_.row_offset + spec_.num_rows;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < lo || ids[i] >= hi) {
@@ -57,6 +55,13 @@ Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const
                                 std::to_string(lo) + ", " + std::to_string(hi) + "))");
     }
   }
+  return Status::OK();
+}
+
+Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const int64_t> ids,
+                               std::span<const float> weights, bool sum_partial, kernels::IdDeduper* dedup,
+                               ForwardContextEntry* ctx, float* out, bool evaluation) {
+  TESSERA_RETURN_IF_ERROR(CheckIds(ids));
   for (float w : weights) {
     if (!std::isfinite(w)) return Status::InvalidArgument("non-finite per-id weight for table " + table_.name);
   }
@@ -111,7 +116,47 @@ Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const
   return Status::OK();
 }
 
+Status EmbeddingShard::ForwardRows(std::span<const int64_t> ids, kernels::IdDeduper* dedup, ForwardContextEntry* ctx,
+                                   float* out, bool evaluation) {
+  TESSERA_RETURN_IF_ERROR(CheckIds(ids));
+  ForwardContextEntry c;
+  c.shard = spec_.shard_id;
+  c.rows = true;
+  c.pooling = kernels::Pooling::kNone;
+  c.num_bags = c.out_rows = static_cast<int64_t>(ids.size());
+  // Distinct, so that a row's gradient comes once and is applied once.
+  dedup->Run(ids, &c.unique_ids, &c.inverse);
+  if (c.unique_ids.size() != ids.size()) {
+    return Status::InvalidArgument("a rows lookup entry for shard " + std::to_string(spec_.shard_id) + " of table " +
+                                   table_.name + " repeats ids: " + std::to_string(ids.size()) + " ids, " +
+                                   std::to_string(c.unique_ids.size()) + " distinct");
+  }
+  c.inverse.clear();
+  c.inverse.shrink_to_fit();
+  if (out != nullptr) {
+    if (DeviceRowStore* tier = store_->device_tier(); tier != nullptr && !evaluation) {
+      // Each id a bag of one: the rows come back as stored.
+      std::vector<int32_t> identity(ids.size());
+      std::vector<int64_t> offsets(ids.size() + 1);
+      for (size_t i = 0; i < ids.size(); ++i) identity[i] = static_cast<int32_t>(i);
+      for (size_t i = 0; i <= ids.size(); ++i) offsets[i] = static_cast<int64_t>(i);
+      TESSERA_RETURN_IF_ERROR(
+          tier->Forward(c.unique_ids, identity, offsets, nullptr, kernels::Pooling::kNone, cols(), out));
+    } else {
+      TESSERA_RETURN_IF_ERROR(evaluation ? store_->GatherExisting(c.unique_ids, out)
+                                         : store_->Gather(c.unique_ids, out));
+    }
+  }
+  *ctx = std::move(c);
+  return Status::OK();
+}
+
 Status EmbeddingShard::Backward(const ForwardContextEntry& ctx, const float* grad_out, float* grad_rows) const {
+  if (ctx.rows) {
+    // The trainer sent the rows' gradients themselves.
+    std::copy(grad_out, grad_out + ctx.out_rows * cols(), grad_rows);
+    return Status::OK();
+  }
   if (DeviceRowStore* tier = store_->device_tier()) {
     return tier->Backward(ctx.inverse, ctx.offsets, ctx.weights.empty() ? nullptr : ctx.weights.data(), ctx.pooling,
                           cols(), grad_out, static_cast<int64_t>(ctx.unique_ids.size()), grad_rows);

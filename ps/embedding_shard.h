@@ -34,6 +34,9 @@ struct ForwardContextEntry {
   std::vector<int32_t> inverse;        // [num_ids] into unique_ids
   std::vector<int64_t> offsets;        // [num_bags + 1]
   std::vector<float> weights;          // [num_ids] or empty
+  // A rows entry (kEntryRows): unique_ids are the request's ids, the reply
+  // was their rows and the push carries their row gradients as they are.
+  bool rows = false;
 };
 
 class EmbeddingShard {
@@ -71,6 +74,12 @@ class EmbeddingShard {
                  bool sum_partial, kernels::IdDeduper* dedup, ForwardContextEntry* ctx, float* out,
                  bool evaluation = false);
 
+  // A rows entry's lookup: checks the ids lie in the shard and are distinct,
+  // then copies each id's row to out [ids x cols] (out == nullptr: the
+  // context only). The trainer pools. Same contract as Forward otherwise.
+  Status ForwardRows(std::span<const int64_t> ids, kernels::IdDeduper* dedup, ForwardContextEntry* ctx, float* out,
+                     bool evaluation = false);
+
   // Row gradients of the context's unique ids: grad_out [out_rows x cols] ->
   // grad_rows [U x cols]. Fails only where the GPU tier does (a device error).
   Status Backward(const ForwardContextEntry& ctx, const float* grad_out, float* grad_rows) const;
@@ -93,6 +102,8 @@ class EmbeddingShard {
 
  private:
   EmbeddingShard(const ShardSpec& spec, const TableConfig& table) : spec_(spec), table_(table) {}
+  // OUT_OF_RANGE naming the first id outside the shard's rows.
+  Status CheckIds(std::span<const int64_t> ids) const;
 
   ShardSpec spec_;
   TableConfig table_;

@@ -426,7 +426,8 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
     for (uint32_t b = 0; b < e.num_bags; ++b) non_empty += req.lengths[bag + b] > 0;
     bag += e.num_bags;
     entry_shards.push_back(it->second.get());
-    if (!e.context_only()) total += static_cast<size_t>(it->second->OutRows(non_empty, e.num_ids)) * it->second->cols();
+    const int64_t rows = e.rows() ? e.num_ids : it->second->OutRows(non_empty, e.num_ids);
+    if (!e.context_only()) total += static_cast<size_t>(rows) * it->second->cols();
   }
   if (total > max_reply_values_) {
     ++errors_;
@@ -451,8 +452,10 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
     // A backup's copy opens the context only: the primary sent the values.
     float* dst = e.context_only() ? nullptr : values.data() + out;
     // A lookup without a context (an evaluation's) creates no rows.
-    Status st = shard->Forward(lengths, ids, weights, e.sum_partial(), ThreadDeduper(), &ctx.entries[i], dst,
-                               (req.meta.flags & kLookupNoContext) != 0);
+    const bool evaluation = (req.meta.flags & kLookupNoContext) != 0;
+    Status st = e.rows() ? shard->ForwardRows(ids, ThreadDeduper(), &ctx.entries[i], dst, evaluation)
+                         : shard->Forward(lengths, ids, weights, e.sum_partial(), ThreadDeduper(), &ctx.entries[i],
+                                          dst, evaluation);
     if (!st.ok()) {
       ++errors_;
       r.ReplyError(st);

@@ -284,6 +284,44 @@ TEST_F(PsServiceTest, EvaluationLookupsCreateNoRows) {
   }
 }
 
+// A rows entry (kEntryRows): the reply is each id's row as stored, the push
+// each row's own gradient, applied as given; repeated or foreign ids are
+// refused and change nothing. In memory and over every tier.
+TEST_F(PsServiceTest, RowsEntriesReplyStoredRowsAndApplyTheirGradients) {
+  for (bool tiers : {false, true}) {
+    SCOPED_TRACE(tiers ? "every tier" : "memory");
+    Start("async", 1, tiers ? AllTiers() : nullptr);
+    auto rows = [&](uint64_t step, std::vector<int64_t> ids, uint32_t flags = 0) {
+      const uint32_t n = static_cast<uint32_t>(ids.size());
+      Message m = EncodeLookupRequest(LookupMeta{0, flags, step}, {LookupEntry{0, 0, n, kEntryRows}}, {},
+                                      std::move(ids), {});
+      m.header.plan_version = plan_.version;
+      return m;
+    };
+    auto v = Values(Call(rows(0, {7, 3, 9})), 3 * 4);
+    ASSERT_TRUE(v.ok()) << v.status();
+    for (int c = 0; c < 4; ++c) {
+      EXPECT_EQ((*v)[c], Init(0, 7, c));
+      EXPECT_EQ((*v)[4 + c], Init(0, 3, c));
+      EXPECT_EQ((*v)[8 + c], Init(0, 9, c));
+    }
+    // Row 3 gets gradient 2, the others 1 and 4: SGD at 0.5, each once.
+    ASSERT_TRUE(Call(Push(0, 0, 3, 4, {1, 1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 4})).ok());
+    auto refused = Call(rows(1, {3, 5, 3}));
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("repeats ids"), std::string::npos) << refused.status();
+    EXPECT_EQ(Call(rows(1, {3, 100})).status().code(), StatusCode::kOutOfRange);
+    v = Values(Call(rows(1, {9, 3, 7}, kLookupNoContext)), 3 * 4);
+    ASSERT_TRUE(v.ok()) << v.status();
+    for (int c = 0; c < 4; ++c) {
+      EXPECT_NEAR((*v)[c], Init(0, 9, c) - 0.5f * 4, 1e-6);
+      EXPECT_NEAR((*v)[4 + c], Init(0, 3, c) - 0.5f * 2, 1e-6);
+      EXPECT_NEAR((*v)[8 + c], Init(0, 7, c) - 0.5f * 1, 1e-6);
+    }
+    Stop();
+  }
+}
+
 TEST_F(PsServiceTest, PushAppliesSgdOncePerRow) {
   Start("async", 1);
   ASSERT_TRUE(Call(Lookup(0, 0, {{5, 5}, {6}})).ok());

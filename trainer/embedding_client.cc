@@ -58,11 +58,16 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
       }
       out_rows = static_cast<int64_t>(bags.size());
     }
+    const std::span<const int32_t> lengths(lens.data(), lens.size());
+    const std::span<const float> w = weights ? std::span<const float>(weights, n) : std::span<const float>();
     for (const ShardSpec* s : fr.shards) {
-      AddEntry(s, LookupEntry{s->shard_id, static_cast<uint32_t>(B), static_cast<uint32_t>(n), flags},
-               std::span<const int32_t>(lens.data(), lens.size()), std::span<const int64_t>(ids, n),
-               weights ? std::span<const float>(weights, n) : std::span<const float>(), EntryRoute{f, s, out_rows, bags},
-               requests);
+      if (fr.pooled) {
+        AddPooledEntry(s, flags, fr.mean ? kernels::Pooling::kMean : kernels::Pooling::kSum, lengths,
+                       std::span<const int64_t>(ids, n), w, EntryRoute{f, s, out_rows, bags}, requests);
+      } else {
+        AddEntry(s, LookupEntry{s->shard_id, static_cast<uint32_t>(B), static_cast<uint32_t>(n), flags}, lengths,
+                 std::span<const int64_t>(ids, n), w, EntryRoute{f, s, out_rows, bags}, requests);
+      }
     }
     return;
   }
@@ -100,9 +105,16 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
     const ShardSpec* spec = fr.shards[s];
     const int64_t m = static_cast<int64_t>(shard_ids[s].size());
     const int64_t out_rows = static_cast<int64_t>(positions[s].size());
-    AddEntry(spec, LookupEntry{spec->shard_id, static_cast<uint32_t>(B), static_cast<uint32_t>(m), flags},
-             shard_lens[s], shard_ids[s], shard_weights[s], EntryRoute{f, spec, out_rows, std::move(positions[s])},
-             requests);
+    EntryRoute route{f, spec, out_rows, std::move(positions[s])};
+    if (fr.pooled) {
+      // Partial sums (a MEAN table too: the mean is taken here, over the
+      // whole bag).
+      AddPooledEntry(spec, flags, kernels::Pooling::kSum, shard_lens[s], shard_ids[s], shard_weights[s],
+                     std::move(route), requests);
+    } else {
+      AddEntry(spec, LookupEntry{spec->shard_id, static_cast<uint32_t>(B), static_cast<uint32_t>(m), flags},
+               shard_lens[s], shard_ids[s], shard_weights[s], std::move(route), requests);
+    }
   }
 }
 
@@ -125,6 +137,50 @@ void EmbeddingClient::AddEntry(const ShardSpec* shard, LookupEntry entry, std::s
     add(shard->backup_ps, e, std::move(copy));
   }
   add(shard->ps, entry, std::move(route));
+}
+
+void EmbeddingClient::AddPooledEntry(const ShardSpec* shard, uint32_t flags, kernels::Pooling pooling,
+                                     std::span<const int32_t> lengths, std::span<const int64_t> ids,
+                                     std::span<const float> weights, EntryRoute route,
+                                     std::vector<ServerRequest>* requests) {
+  const int64_t n = static_cast<int64_t>(ids.size()), bags = static_cast<int64_t>(lengths.size());
+  // Bytes on the wire either way: the request's ids (with lengths and
+  // weights), and a row each way (reply and push) per pooled bag or per
+  // distinct id.
+  const int64_t row_bytes = 2 * static_cast<int64_t>(sizeof(float)) * shard->num_cols;
+  const int64_t pooled_bytes =
+      n * 8 + bags * 4 + (weights.empty() ? 0 : n * 4) + route.out_rows * row_bytes;
+  size_t max_unique = 0;
+  switch (options_.row_replies) {
+    case RowReplies::kNever:
+      break;
+    case RowReplies::kAlways:
+      max_unique = ids.size();
+      break;
+    case RowReplies::kAuto:
+      max_unique = pooled_bytes > 0 ? static_cast<size_t>((pooled_bytes - 1) / (8 + row_bytes)) : 0;
+      break;
+  }
+  if (options_.row_replies == RowReplies::kNever ||
+      !deduper_.RunAtMost(ids, max_unique, &unique_scratch_, &inverse_scratch_)) {
+    AddEntry(shard, LookupEntry{shard->shard_id, static_cast<uint32_t>(bags), static_cast<uint32_t>(n), flags},
+             lengths, ids, weights, std::move(route), requests);
+    return;
+  }
+  auto rows = std::make_shared<RowsEntry>();
+  rows->unique = static_cast<int64_t>(unique_scratch_.size());
+  rows->inverse = inverse_scratch_;
+  // The bags the server would pool: the non-empty ones, in order.
+  rows->offsets.reserve(route.out_rows + 1);
+  rows->offsets.push_back(0);
+  for (int32_t len : lengths) {
+    if (len > 0) rows->offsets.push_back(rows->offsets.back() + len);
+  }
+  rows->weights.assign(weights.begin(), weights.end());
+  rows->pooling = pooling;
+  route.rows = std::move(rows);
+  AddEntry(shard, LookupEntry{shard->shard_id, 0, static_cast<uint32_t>(unique_scratch_.size()), kEntryRows}, {},
+           unique_scratch_, {}, std::move(route), requests);
 }
 
 Status EmbeddingClient::StartLookup(uint64_t step, const KeyedJaggedTensor& kjt, bool inference) {
@@ -156,7 +212,7 @@ Status EmbeddingClient::SendLookup(const KeyedJaggedTensor& kjt, LookupState* ou
   for (size_t p = 0; p < requests.size(); ++p) {
     ServerRequest& req = requests[p];
     for (const EntryRoute& r : req.routes) {
-      if (!r.backup) st.expected[p] += r.out_rows * r.shard->num_cols;
+      if (!r.backup) st.expected[p] += r.wire_rows() * r.shard->num_cols;
     }
     st.bytes_sent += req.entries.size() * sizeof(LookupEntry) + req.ids.size() * 8 + req.lengths.size() * 4 +
                      req.weights.size() * 4;
@@ -227,13 +283,31 @@ Status EmbeddingClient::FinishLookup(FeatureOutputs* out) {
         const int cols = r.shard->num_cols, dim = routes_[r.feature].dim, off = r.shard->col_offset;
         float* dst = (*out)[r.feature].data();
         const bool scatter = !r.positions.empty();
+        const float* pooled = v;
+        if (r.rows) {
+          // Pooled here, with the kernel the server would have run.
+          pool_scratch_.resize(r.out_rows * cols);
+          kernels::EmbeddingBagForwardArgs<int32_t> args;
+          args.rows = v;
+          args.num_rows = r.rows->unique;
+          args.row_stride = cols;
+          args.dim = cols;
+          args.indices = r.rows->inverse.data();
+          args.offsets = r.rows->offsets.data();
+          args.num_bags = r.out_rows;
+          args.weights = r.rows->weights.empty() ? nullptr : r.rows->weights.data();
+          args.pooling = r.rows->pooling;
+          args.out = pool_scratch_.data();
+          kernels::EmbeddingBagForwardCpu(args);
+          pooled = pool_scratch_.data();
+        }
         for (int64_t row = 0; row < r.out_rows; ++row) {
           float* d = dst + (scatter ? r.positions[row] : row) * dim + off;
-          const float* s = v + row * cols;
+          const float* s = pooled + row * cols;
           // Row shards of a pooled feature are partial sums: add them.
           for (int c = 0; c < cols; ++c) d[c] += s[c];
         }
-        v += r.out_rows * cols;
+        v += r.wire_rows() * cols;
       }
     }
     st.futures.clear();
@@ -302,16 +376,21 @@ Status EmbeddingClient::RouteCurrentAgain() {
 
 void EmbeddingClient::SendPush(const FeatureOutputs& grads) {
   std::vector<RpcFuture>& futures = pushes_;
+  last_push_bytes_ = 0;
   for (size_t p = 0; p < ps_peers_.size(); ++p) {
     std::vector<PushEntry> entries;
     std::vector<float> values;
     for (const EntryRoute& r : current_.routes[p]) {
       const FeatureRoute& fr = routes_[r.feature];
       const int cols = r.shard->num_cols, off = r.shard->col_offset;
-      entries.push_back(PushEntry{r.shard->shard_id, static_cast<uint32_t>(r.out_rows), static_cast<uint32_t>(cols), 0});
+      entries.push_back(
+          PushEntry{r.shard->shard_id, static_cast<uint32_t>(r.wire_rows()), static_cast<uint32_t>(cols), 0});
       const float* g = grads[r.feature].data();
       const bool scatter = !r.positions.empty();
       const bool mean_partial = fr.row_split && fr.mean;
+      // A rows entry's bag gradients are gathered aside, then turned into
+      // the distinct rows' gradients as the server would have.
+      const size_t bag_grads = values.size();
       for (int64_t row = 0; row < r.out_rows; ++row) {
         const int64_t dst_row = scatter ? r.positions[row] : row;
         const float* s = g + dst_row * fr.dim + off;
@@ -324,7 +403,23 @@ void EmbeddingClient::SendPush(const FeatureOutputs& grads) {
           values.insert(values.end(), s, s + cols);
         }
       }
+      if (r.rows) {
+        pool_scratch_.assign(values.begin() + bag_grads, values.end());
+        values.resize(bag_grads + r.rows->unique * cols);
+        kernels::EmbeddingBagBackwardArgs<int32_t> args;
+        args.grad_out = pool_scratch_.data();
+        args.dim = cols;
+        args.indices = r.rows->inverse.data();
+        args.offsets = r.rows->offsets.data();
+        args.num_bags = r.out_rows;
+        args.weights = r.rows->weights.empty() ? nullptr : r.rows->weights.data();
+        args.pooling = r.rows->pooling;
+        args.num_rows = r.rows->unique;
+        args.grad_rows = values.data() + bag_grads;
+        kernels::EmbeddingBagBackwardCpu(args);
+      }
     }
+    last_push_bytes_ += static_cast<int64_t>(entries.size() * sizeof(PushEntry) + values.size() * sizeof(float));
     Message m = EncodePushRequest(PushMeta{options_.trainer, 0, current_.step}, std::move(entries), std::move(values));
     m.header.plan_version = plan_.version;
     futures.push_back(client_->Call(ps_peers_[p], std::move(m), options_.timeout));

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -25,6 +26,8 @@
 #include "common/rpc_client.h"
 #include "common/sharding_plan.h"
 #include "common/status.h"
+#include "kernels/dedup.h"
+#include "kernels/embedding_bag.h"
 
 namespace tessera {
 
@@ -46,6 +49,8 @@ struct EmbeddingClientOptions {
   // Whether the plan was replaced meanwhile: asked before sending, so that
   // nothing goes to a server the plan no longer has.
   std::function<bool()> plan_replaced;
+  // How pooled features' rows come back (training.row_replies).
+  RowReplies row_replies = RowReplies::kAuto;
 };
 
 // Per feature in model order: pooled [B x dim] or unpooled [num_ids x dim].
@@ -93,6 +98,8 @@ class EmbeddingClient {
   // received (pooled or unpooled rows), over all servers.
   int64_t last_lookup_bytes() const { return last_lookup_bytes_; }
   int64_t last_reply_bytes() const { return last_reply_bytes_; }
+  // Bytes the last push sent (entries and gradients), over all servers.
+  int64_t last_push_bytes() const { return last_push_bytes_; }
 
  private:
   struct FeatureRoute {
@@ -108,6 +115,15 @@ class EmbeddingClient {
   // the reply goes in the feature's output: positions[row] is a bag (pooled:
   // replies skip empty bags) or an id's position (unpooled, row-split);
   // empty positions mean row i goes to row i.
+  // A rows entry (kEntryRows): the server sends the distinct ids' rows and
+  // this side pools them into the entry's bags, as the server would have.
+  struct RowsEntry {
+    int64_t unique = 0;
+    std::vector<int32_t> inverse;  // [ids] into the distinct ids
+    std::vector<int64_t> offsets;  // [bags + 1], the non-empty bags only
+    std::vector<float> weights;    // [ids] or empty
+    kernels::Pooling pooling = kernels::Pooling::kSum;
+  };
   struct EntryRoute {
     int feature = 0;
     const ShardSpec* shard = nullptr;
@@ -115,6 +131,9 @@ class EmbeddingClient {
     std::vector<int64_t> positions;
     // To the shard's backup: no values come back; its push is the same.
     bool backup = false;
+    std::shared_ptr<const RowsEntry> rows;  // null: the server pools
+    // Rows in the reply and in the push.
+    int64_t wire_rows() const { return rows ? rows->unique : out_rows; }
   };
   struct ServerRequest {
     std::vector<LookupEntry> entries;
@@ -131,6 +150,11 @@ class EmbeddingClient {
   static void AddEntry(const ShardSpec* shard, LookupEntry entry, std::span<const int32_t> lengths,
                        std::span<const int64_t> ids, std::span<const float> weights, EntryRoute route,
                        std::vector<ServerRequest>* requests);
+  // The same for a pooled entry of `ids` in bags of `lengths` (B bags,
+  // out_rows non-empty): as distinct rows when options_.row_replies says so.
+  void AddPooledEntry(const ShardSpec* shard, uint32_t flags, kernels::Pooling pooling,
+                      std::span<const int32_t> lengths, std::span<const int64_t> ids, std::span<const float> weights,
+                      EntryRoute route, std::vector<ServerRequest>* requests);
 
   struct LookupState;
   void BuildRoutes();
@@ -172,8 +196,13 @@ class EmbeddingClient {
   std::deque<LookupState> pending_;  // started, not finished; oldest first
   LookupState current_;              // the last finished lookup
   std::vector<std::vector<int32_t>> bag_lengths_;  // per feature, filled by RouteFeature
+  kernels::IdDeduper deduper_;
+  std::vector<int64_t> unique_scratch_;
+  std::vector<int32_t> inverse_scratch_;
+  std::vector<float> pool_scratch_;
   int64_t last_lookup_bytes_ = 0;
   int64_t last_reply_bytes_ = 0;
+  int64_t last_push_bytes_ = 0;
   std::vector<RpcFuture> pushes_;  // in flight, one per server
   FeatureOutputs pushed_;          // what they carry, to send again on a new plan (with reroute)
   uint64_t epoch_ = 0;             // plans taken so far

@@ -329,6 +329,7 @@ Status Trainer::Train(const GenerationStart& start, json* report) {
   EmbeddingClientOptions eo;
   eo.trainer = static_cast<uint32_t>(options_.rank);
   eo.timeout = milliseconds(job.runtime.rpc_timeout_ms);
+  eo.row_replies = job.training.row_replies;
   const bool replicated = job.cluster.replicas >= 2;
   if (replicated) {
     eo.reroute = [this, &generation](const Status& why) { return FollowPromotion(&generation, why); };

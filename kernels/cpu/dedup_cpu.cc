@@ -46,14 +46,21 @@ Table ResetTable(std::vector<int32_t>& slots, size_t capacity) {
 }  // namespace
 
 void IdDeduper::Run(std::span<const int64_t> ids, std::vector<int64_t>* unique, std::vector<int32_t>* inverse) {
+  RunAtMost(ids, ids.size(), unique, inverse);
+}
+
+bool IdDeduper::RunAtMost(std::span<const int64_t> ids, size_t max_unique, std::vector<int64_t>* unique,
+                          std::vector<int32_t>* inverse) {
   const size_t n = ids.size();
   CHECK_LT(n, size_t{1} << 31) << "too many ids for an int32 inverse";
   unique->clear();
   inverse->resize(n);
-  if (n == 0) return;
+  if (n == 0) return true;
   if (keys_.size() < n) keys_.resize(n);
 
-  size_t capacity = std::max(kMinCapacity, std::bit_ceil(n / 2));
+  // Room for max_unique + 1 distinct ids at most half full: a bounded call
+  // never grows the table.
+  size_t capacity = std::max(kMinCapacity, std::bit_ceil(std::min(n / 2, 2 * max_unique + 2)));
   Table t = ResetTable(slots_, capacity);
   int64_t* keys = keys_.data();
   int32_t* inv = inverse->data();
@@ -65,6 +72,7 @@ void IdDeduper::Run(std::span<const int64_t> ids, std::vector<int64_t>* unique, 
     while (true) {
       const int32_t k = t.slots[h];
       if (k < 0) {
+        if (static_cast<size_t>(num_unique) == max_unique) return false;
         t.slots[h] = num_unique;
         keys[num_unique] = key;
         inv[i] = num_unique++;
@@ -88,6 +96,7 @@ void IdDeduper::Run(std::span<const int64_t> ids, std::vector<int64_t>* unique, 
     }
   }
   unique->assign(keys, keys + num_unique);
+  return true;
 }
 
 }  // namespace tessera::kernels

@@ -73,5 +73,35 @@ TEST(IdDeduperTest, StructuredKeys) {
   ExpectCorrect(deduper, ids);
 }
 
+// RunAtMost answers like Run while the distinct ids are few enough, and
+// refuses exactly when one more would be needed.
+TEST(IdDeduperTest, RunAtMostStopsOnlyPastItsBound) {
+  std::mt19937_64 rng(11);
+  IdDeduper bounded, reference;
+  for (size_t n : {0, 1, 40, 5000, 100000}) {
+    for (int64_t range : {int64_t{1}, int64_t{7}, int64_t{300}, int64_t{1} << 40}) {
+      SCOPED_TRACE(std::to_string(n) + " ids in " + std::to_string(range));
+      const std::vector<int64_t> ids = RandomIds(rng, n, range);
+      std::vector<int64_t> want_unique, unique;
+      std::vector<int32_t> want_inverse, inverse;
+      reference.Run(ids, &want_unique, &want_inverse);
+      const size_t u = want_unique.size();
+      for (size_t bound : {u, u + 1, 2 * u + 100}) {
+        ASSERT_TRUE(bounded.RunAtMost(ids, bound, &unique, &inverse)) << "bound " << bound;
+        ASSERT_EQ(unique, want_unique);
+        ASSERT_EQ(inverse, want_inverse);
+      }
+      if (u > 0) {
+        EXPECT_FALSE(bounded.RunAtMost(ids, u - 1, &unique, &inverse));
+      }
+      if (u > 1) {
+        EXPECT_FALSE(bounded.RunAtMost(ids, u / 2, &unique, &inverse));
+      }
+    }
+  }
+  // Still right after refusals left the table dirty.
+  ExpectCorrect(bounded, RandomIds(rng, 3000, 500));
+}
+
 }  // namespace
 }  // namespace tessera::kernels

@@ -77,6 +77,9 @@ struct Case {
   // GPU). Fewer rows than the larger shards, so rows are evicted and fetched
   // back; enough for the distinct rows of one request to a shard.
   int gpu_tier_rows = 0;
+  // training.row_replies: "always" has every pooled lookup come back as
+  // distinct rows, pooled by the trainers.
+  std::string row_replies = "auto";
 };
 
 class EquivalenceTest : public ::testing::TestWithParam<Case> {};
@@ -85,7 +88,8 @@ TEST_P(EquivalenceTest, TwoTrainersEqualOneProcessWithTheConcatenatedBatch) {
   const Case c = GetParam();
   const std::string& sharding = c.sharding;
   const int num_ps = c.num_ps;
-  const json config = JobConfigJson(sharding, num_ps, 2, kBatch);
+  json config = JobConfigJson(sharding, num_ps, 2, kBatch);
+  config["training"]["row_replies"] = c.row_replies;
   testing::LocalCluster cluster("equivalence_" + sharding);
   const std::string dump = cluster.dir() + "/dump";
   std::vector<std::string> ps_args;
@@ -232,12 +236,16 @@ std::vector<Case> AllCases() {
   out.push_back({"row_wise", 2, false, 30});
   // "mid" serves two features: up to 48 distinct rows in one request.
   out.push_back({"table_wise", 2, true, 48});
+  // Rows pooled by the trainers, for every pooled lookup.
+  for (const char* type : {"row_wise", "column_wise", "table_row_wise"}) out.push_back({type, 2, false, 0, "always"});
+  out.push_back({"table_wise", 2, true, 48, "always"});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Sharding, EquivalenceTest, ::testing::ValuesIn(AllCases()), [](const auto& info) {
   return info.param.sharding + "_" + std::to_string(info.param.num_ps) + "ps" + (info.param.tiered ? "_tiered" : "") +
-         (info.param.gpu_tier_rows > 0 ? "_gpu_tier_on_host" : "");
+         (info.param.gpu_tier_rows > 0 ? "_gpu_tier_on_host" : "") +
+         (info.param.row_replies != "auto" ? "_rows_" + info.param.row_replies : "");
 });
 
 }  // namespace

@@ -23,6 +23,32 @@ struct Case {
   std::string pooling;
 };
 
+// Two servers and one trainer's client in this process, over loopback.
+struct LoopbackJob {
+  LoopbackJob(const JobConfig& job, const ShardingPlan& plan, RowReplies replies) {
+    client = std::move(RpcClient::Create()).value();
+    std::vector<int> peers;
+    for (int s = 0; s < plan.num_ps; ++s) {
+      PsServiceOptions options{s};
+      options.open_to_any_sender = true;  // no master: the test plays it
+      services.push_back(std::make_unique<PsService>(options));
+      EXPECT_TRUE(services.back()->CreateShards(job, plan).ok());
+      PsService* svc = services.back().get();
+      servers.push_back(std::move(RpcServer::Start(RpcServerOptions{"tcp://127.0.0.1:0", 1},
+                                                   [svc](Message&& m, Responder r) { svc->Handle(std::move(m), std::move(r)); }))
+                            .value());
+      peers.push_back(*client->Connect(servers.back()->endpoint()));
+    }
+    EmbeddingClientOptions options{0, milliseconds(5000)};
+    options.row_replies = replies;
+    embeddings = std::make_unique<EmbeddingClient>(options, job, plan, client.get(), peers);
+  }
+  std::vector<std::unique_ptr<PsService>> services;
+  std::vector<std::unique_ptr<RpcServer>> servers;
+  std::unique_ptr<RpcClient> client;
+  std::unique_ptr<EmbeddingClient> embeddings;
+};
+
 class LookupTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LookupTest, MatchesTheReferenceKernelOnTheWholeTable) {
@@ -43,23 +69,6 @@ TEST_P(LookupTest, MatchesTheReferenceKernelOnTheWholeTable) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->tables[0].type == ShardingType::kTableWise, c.sharding == "table_wise");
 
-  std::vector<std::unique_ptr<PsService>> services;
-  std::vector<std::unique_ptr<RpcServer>> servers;
-  auto client = std::move(RpcClient::Create()).value();
-  std::vector<int> peers;
-  for (int s = 0; s < kServers; ++s) {
-    PsServiceOptions options{s};
-    options.open_to_any_sender = true;  // no master: the test plays it
-    services.push_back(std::make_unique<PsService>(options));
-    ASSERT_TRUE(services.back()->CreateShards(job, *plan).ok());
-    PsService* svc = services.back().get();
-    servers.push_back(std::move(RpcServer::Start(RpcServerOptions{"tcp://127.0.0.1:0", 1}, [svc](Message&& m, Responder r) {
-                                  svc->Handle(std::move(m), std::move(r));
-                                })).value());
-    peers.push_back(*client->Connect(servers.back()->endpoint()));
-  }
-  EmbeddingClient embeddings(EmbeddingClientOptions{0, milliseconds(5000)}, job, *plan, client.get(), peers);
-
   // A batch with duplicate ids, empty bags, a long bag and per-id weights.
   std::mt19937 rng(5);
   KeyedJaggedTensor kjt;
@@ -75,34 +84,39 @@ TEST_P(LookupTest, MatchesTheReferenceKernelOnTheWholeTable) {
       }
     }
   }
-  FeatureOutputs out;
-  ASSERT_TRUE(embeddings.Lookup(0, kjt, /*inference=*/true, &out).ok());
+  // Pooled by the servers, and as rows pooled here.
+  for (RowReplies replies : {RowReplies::kNever, RowReplies::kAlways}) {
+    SCOPED_TRACE(RowRepliesName(replies));
+    LoopbackJob loopback(job, *plan, replies);
+    FeatureOutputs out;
+    ASSERT_TRUE(loopback.embeddings->Lookup(0, kjt, /*inference=*/true, &out).ok());
 
-  // The reference: the kernel over the whole table, initialized as servers do.
-  std::vector<float> table(kRows * kDim);
-  const auto init = kernels::ToRowInitializer(t.initializer, t.seed);
-  for (int r = 0; r < kRows; ++r) kernels::InitRow(init, r, 0, kDim, &table[r * kDim]);
-  const auto value_offsets = kjt.FeatureValueOffsets();
-  for (int f = 0; f < 2; ++f) {
-    const auto offsets = kjt.BagOffsets(f);
-    const int64_t n = value_offsets[f + 1] - value_offsets[f];
-    std::vector<float> expect((c.pooling == "NONE" ? n : kBatch) * kDim, NAN);
-    kernels::EmbeddingBagForwardArgs<int64_t> args;
-    args.rows = table.data();
-    args.num_rows = kRows;
-    args.row_stride = kDim;
-    args.dim = kDim;
-    args.indices = kjt.values.data() + value_offsets[f];
-    args.offsets = offsets.data();
-    args.num_bags = kBatch;
-    args.weights = kjt.weights.data() + value_offsets[f];
-    args.pooling = kernels::ToPooling(t.pooling);
-    args.out = expect.data();
-    kernels::EmbeddingBagForwardCpu(args);
-    ASSERT_EQ(out[f].size(), expect.size());
-    for (size_t i = 0; i < expect.size(); ++i) {
-      // Row shards add partial sums: equal up to float rounding.
-      EXPECT_NEAR(out[f][i], expect[i], 1e-6) << "feature " << f << " element " << i;
+    // The reference: the kernel over the whole table, initialized as servers do.
+    std::vector<float> table(kRows * kDim);
+    const auto init = kernels::ToRowInitializer(t.initializer, t.seed);
+    for (int r = 0; r < kRows; ++r) kernels::InitRow(init, r, 0, kDim, &table[r * kDim]);
+    const auto value_offsets = kjt.FeatureValueOffsets();
+    for (int f = 0; f < 2; ++f) {
+      const auto offsets = kjt.BagOffsets(f);
+      const int64_t n = value_offsets[f + 1] - value_offsets[f];
+      std::vector<float> expect((c.pooling == "NONE" ? n : kBatch) * kDim, NAN);
+      kernels::EmbeddingBagForwardArgs<int64_t> args;
+      args.rows = table.data();
+      args.num_rows = kRows;
+      args.row_stride = kDim;
+      args.dim = kDim;
+      args.indices = kjt.values.data() + value_offsets[f];
+      args.offsets = offsets.data();
+      args.num_bags = kBatch;
+      args.weights = kjt.weights.data() + value_offsets[f];
+      args.pooling = kernels::ToPooling(t.pooling);
+      args.out = expect.data();
+      kernels::EmbeddingBagForwardCpu(args);
+      ASSERT_EQ(out[f].size(), expect.size());
+      for (size_t i = 0; i < expect.size(); ++i) {
+        // Row shards add partial sums: equal up to float rounding.
+        EXPECT_NEAR(out[f][i], expect[i], 1e-6) << "feature " << f << " element " << i;
+      }
     }
   }
 }
@@ -113,6 +127,108 @@ INSTANTIATE_TEST_SUITE_P(
       std::vector<Case> cases;
       for (const char* s : {"table_wise", "row_wise", "column_wise", "table_row_wise"}) {
         for (const char* p : {"SUM", "MEAN", "NONE"}) cases.push_back({s, p});
+      }
+      return cases;
+    }()),
+    [](const auto& info) { return info.param.sharding + "_" + info.param.pooling; });
+
+// Rows sent once and pooled by the trainer (kEntryRows) against rows pooled
+// by the servers: the same outputs and, after training steps, the same
+// tables, bit for bit, for every sharding and pooling, weighted or not; and
+// fewer bytes where ids repeat more than bags do.
+class RowRepliesTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RowRepliesTest, EqualPooledRepliesBitForBitAndMoveFewerBytesOnHotIds) {
+  const Case c = GetParam();
+  constexpr int kServers = 2, kRows = 50, kDim = 8, kBatch = 64, kSteps = 4;
+  JobConfig job;
+  job.cluster = {kServers, 1};
+  TableConfig t;
+  t.name = "t";
+  t.num_embeddings = kRows;
+  t.embedding_dim = kDim;
+  t.feature_names = {"hot", "multi"};
+  t.sharding_type = c.sharding;
+  t.seed = 3;
+  t.pooling = c.pooling == "SUM" ? PoolingType::kSum : PoolingType::kMean;
+  t.optimizer.type = "adagrad";
+  t.optimizer.lr = 0.1;
+  job.tables = {t};
+  auto plan = PlanSharding(job, PlannerOptions::Uniform(kServers));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  LoopbackJob never(job, *plan, RowReplies::kNever), always(job, *plan, RowReplies::kAlways),
+      automatic(job, *plan, RowReplies::kAuto);
+
+  std::mt19937 rng(17);
+  for (int step = 0; step < kSteps; ++step) {
+    // "hot": one id per bag out of 6 (one-hot, hot ids); "multi": up to 9
+    // ids per bag, some bags empty, weighted on odd steps.
+    KeyedJaggedTensor kjt;
+    kjt.keys = {"hot", "multi"};
+    kjt.batch_size = kBatch;
+    for (int b = 0; b < kBatch; ++b) {
+      kjt.lengths.push_back(1);
+      kjt.values.push_back(static_cast<int64_t>(rng() % 6));
+    }
+    for (int b = 0; b < kBatch; ++b) {
+      const int len = b % 5 == 0 ? 0 : static_cast<int>(rng() % 10);
+      kjt.lengths.push_back(len);
+      for (int k = 0; k < len; ++k) kjt.values.push_back(static_cast<int64_t>(rng() % kRows));
+    }
+    if (step % 2 == 1) {
+      for (size_t i = 0; i < kjt.values.size(); ++i) kjt.weights.push_back(0.5f + static_cast<float>(rng() % 5) / 4.0f);
+    }
+    FeatureOutputs out[3];
+    LoopbackJob* jobs[3] = {&never, &always, &automatic};
+    for (int j = 0; j < 3; ++j) {
+      ASSERT_TRUE(jobs[j]->embeddings->Lookup(step, kjt, /*inference=*/false, &out[j]).ok());
+    }
+    for (int j = 1; j < 3; ++j) {
+      for (int f = 0; f < 2; ++f) {
+        ASSERT_EQ(out[j][f], out[0][f]) << "step " << step << " feature " << f << " client " << j;
+      }
+    }
+    // Hot ids: 6 distinct rows for 64 bags, so rows move fewer bytes; kAuto
+    // takes them.
+    EXPECT_LT(always.embeddings->last_reply_bytes(), never.embeddings->last_reply_bytes());
+    EXPECT_LT(automatic.embeddings->last_reply_bytes() + automatic.embeddings->last_lookup_bytes(),
+              never.embeddings->last_reply_bytes() + never.embeddings->last_lookup_bytes());
+    FeatureOutputs grads(2);
+    for (int f = 0; f < 2; ++f) {
+      grads[f].resize(out[0][f].size());
+      for (float& g : grads[f]) g = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 997.0f;
+    }
+    for (LoopbackJob* j : jobs) ASSERT_TRUE(j->embeddings->PushGradients(grads).ok());
+  }
+  // The tables after training, read back whole.
+  KeyedJaggedTensor all;
+  all.keys = {"hot", "multi"};
+  all.batch_size = kRows;
+  for (int f = 0; f < 2; ++f) {
+    for (int r = 0; r < kRows; ++r) {
+      all.lengths.push_back(1);
+      all.values.push_back(r);
+    }
+  }
+  FeatureOutputs tables[3];
+  ASSERT_TRUE(never.embeddings->Lookup(kSteps, all, true, &tables[0]).ok());
+  ASSERT_TRUE(always.embeddings->Lookup(kSteps, all, true, &tables[1]).ok());
+  ASSERT_TRUE(automatic.embeddings->Lookup(kSteps, all, true, &tables[2]).ok());
+  EXPECT_EQ(tables[1][0], tables[0][0]);
+  EXPECT_EQ(tables[2][0], tables[0][0]);
+  // And the rows did train.
+  std::vector<float> initial(kDim);
+  const auto init = kernels::ToRowInitializer(t.initializer, t.seed);
+  kernels::InitRow(init, 0, 0, kDim, initial.data());
+  EXPECT_NE(std::vector<float>(tables[0][0].begin(), tables[0][0].begin() + kDim), initial);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ShardingAndPooling, RowRepliesTest,
+    ::testing::ValuesIn([] {
+      std::vector<Case> cases;
+      for (const char* s : {"table_wise", "row_wise", "column_wise", "table_row_wise"}) {
+        for (const char* p : {"SUM", "MEAN"}) cases.push_back({s, p});
       }
       return cases;
     }()),
