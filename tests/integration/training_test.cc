@@ -4,9 +4,13 @@
 
 #include <signal.h>
 
+#include <map>
 #include <thread>
 
+#include "common/job_config.h"
+#include "tests/integration/dump_reader.h"
 #include "tests/integration/local_cluster.h"
+#include "tests/integration/test_jobs.h"
 
 namespace tessera {
 namespace {
@@ -108,6 +112,44 @@ TEST_P(KilledTrainerTest, EndsTheJobWithAClearError) {
 
 INSTANTIATE_TEST_SUITE_P(Recovery, KilledTrainerTest, ::testing::Values("not_recovered", "no_replacement"),
                          [](const auto& info) { return info.param; });
+
+// A one-hot sync job (hot ids: fewer distinct ids than bags, so `auto`
+// asks for distinct rows and pools on the trainers) ends with the same
+// parameters and losses, bit for bit, as with rows pooled by the servers.
+TEST(TrainingTest, RowRepliesEndTheSyncJobBitForBitAsPooledReplies) {
+  nlohmann::json job = testing::StatefulSyncJob("row-replies", "", 60, 0);
+  job["cluster"] = {{"num_ps", 2}, {"num_trainers", 2}};
+  job["data"]["ids_per_bag"] = 1;
+  job["data"]["zipf"] = 1.2;
+  job["training"]["batch_size"] = 32;
+  struct Run {
+    testing::Dump dump;
+    std::vector<double> losses;
+  };
+  std::map<std::string, Run> runs;
+  for (const char* replies : {"never", "auto"}) {
+    SCOPED_TRACE(replies);
+    job["training"]["row_replies"] = replies;
+    testing::LocalCluster c(std::string("row_replies_") + replies);
+    ASSERT_TRUE(c.StartJob(job, 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+    ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+    for (const char* t : {"trainer0", "trainer1"}) ASSERT_EQ(c.Wait(t, milliseconds(20000)), 0) << c.Log(t);
+    auto parsed = ParseJobConfigJson(job, "");
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    auto dump = testing::ReadDump(c.dir() + "/dump", *parsed);
+    ASSERT_TRUE(dump.ok()) << dump.status();
+    Run& run = runs[replies];
+    run.dump = std::move(*dump);
+    for (int r = 0; r < 2; ++r) {
+      for (const nlohmann::json& m : c.Metrics(r)) run.losses.push_back(m.at("loss").get<double>());
+    }
+  }
+  ASSERT_FALSE(runs["never"].dump.rows.empty());
+  std::string where;
+  EXPECT_EQ(testing::MaxDifference(runs["never"].dump, runs["auto"].dump, &where), 0.0) << where;
+  EXPECT_EQ(runs["never"].losses.size(), 120u);
+  EXPECT_EQ(runs["auto"].losses, runs["never"].losses);
+}
 
 TEST(TrainingTest, StuckTrainerThatHeartbeatsEndsTheJobNamingIt) {
   testing::LocalCluster cluster("stuck_trainer");
