@@ -47,6 +47,22 @@ c = json.load(open(sys.argv[1])); c["training"]["steps"] = int(sys.argv[3]); c["
 json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
   "$ROOT/scripts/launch_local.sh" --ps "$ps" --trainers 2 --config "$cfg" --run_dir "$OUT/tessera_$w" >/dev/null
+  # The servers' compute per trainer step and per looked-up id (to stderr:
+  # stdout is the examples/s).
+  python3 - "$OUT/tessera_$w/summary.json" "$w" >&2 <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+ps = s["parameter_servers"]
+lookups = sum(p["lookups"] for p in ps) / len(ps)
+ids = sum(p["ids_looked_up"] for p in ps)
+parts = [("lookup", "lookup_compute_ms"), ("backward", "backward_compute_ms"), ("update", "apply_compute_ms")]
+per_step = {name: sum(p[key] for p in ps) / lookups for name, key in parts}
+per_id = {name: sum(p[key] for p in ps) * 1e6 / ids for name, key in parts}
+print("  %s servers, per trainer step: %s ms in all (%s); ns per looked-up id: %s" % (
+    sys.argv[2], "%.2f" % sum(per_step.values()),
+    ", ".join("%s %.2f" % (n, per_step[n]) for n, _ in parts),
+    ", ".join("%s %.0f" % (n, per_id[n]) for n, _ in parts)))
+PY
   python3 -c "import json;print(round(json.load(open('$OUT/tessera_$w/summary.json'))['examples_per_s']))"
 }
 

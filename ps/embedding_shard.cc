@@ -95,13 +95,8 @@ Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const
     *ctx = std::move(c);
     return Status::OK();
   }
-  // Gather each distinct row once, then pool through the inverse index.
-  thread_local std::vector<float> gathered;
-  gathered.resize(c.unique_ids.size() * static_cast<size_t>(cols()));
-  TESSERA_RETURN_IF_ERROR(evaluation ? store_->GatherExisting(c.unique_ids, gathered.data())
-                                     : store_->Gather(c.unique_ids, gathered.data()));
+  // Each distinct row once, pooled through the inverse index.
   kernels::EmbeddingBagForwardArgs<int32_t> args;
-  args.rows = gathered.data();
   args.num_rows = static_cast<int64_t>(c.unique_ids.size());
   args.row_stride = cols();
   args.dim = cols();
@@ -111,7 +106,20 @@ Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const
   args.weights = c.weights.empty() ? nullptr : c.weights.data();
   args.pooling = c.pooling;
   args.out = out;
-  kernels::EmbeddingBagForwardCpu(args);
+  if (evaluation) {
+    // Rows never stored are read as their initial values: copied out.
+    thread_local std::vector<float> gathered;
+    gathered.resize(c.unique_ids.size() * static_cast<size_t>(cols()));
+    TESSERA_RETURN_IF_ERROR(store_->GatherExisting(c.unique_ids, gathered.data()));
+    args.rows = gathered.data();
+    kernels::EmbeddingBagForwardCpu(args);
+  } else {
+    // Pooled straight from the store's rows, under its read lock: no copy.
+    TESSERA_RETURN_IF_ERROR(store_->Read(c.unique_ids, [&](const float* const* rows, int64_t) {
+      args.row_ptrs = rows;
+      kernels::EmbeddingBagForwardCpu(args);
+    }));
+  }
   *ctx = std::move(c);
   return Status::OK();
 }

@@ -17,6 +17,7 @@
 #include <glog/logging.h>
 
 #include "kernels/row_init.h"
+#include "ps/page_memory.h"
 #include "ps/row_store.h"
 
 namespace tessera {
@@ -147,29 +148,20 @@ class MemoryRowStore final : public RowStore {
   static uint64_t Hash(int64_t id) { return kernels::SplitMix64(static_cast<uint64_t>(id)); }
 
 
-  struct FreeChunk {
-    void operator()(float* p) const { std::free(p); }
-  };
-
-  // Adds a chunk for more slots: 1024 rows, doubling up to 64 MiB.
+  // Adds a chunk for more slots: 1024 rows, doubling up to 64 MiB. Chunks
+  // come straight from the kernel (ps/page_memory.h): dropped, they go back
+  // to the system whatever malloc does with its own blocks.
   void Grow() {
     const int64_t width_bytes = static_cast<int64_t>(row_width()) * 4;
     const int64_t max_rows = std::max<int64_t>(1, (int64_t{64} << 20) / width_bytes);
     const int64_t rows = std::min(max_rows, std::max<int64_t>(1024, count_));
     constexpr int64_t kHuge = int64_t{2} << 20;
-    int64_t bytes = rows * width_bytes;
-    float* chunk = nullptr;
-    if (bytes >= kHuge) {
-      bytes = (bytes + kHuge - 1) / kHuge * kHuge;
-      chunk = static_cast<float*>(std::aligned_alloc(kHuge, bytes));
-      if (chunk != nullptr) madvise(chunk, bytes, MADV_HUGEPAGE);  // a hint: fine if refused
-    } else {
-      chunk = static_cast<float*>(std::malloc(bytes));
-    }
-    CHECK(chunk != nullptr) << "out of memory for " << bytes << " bytes of rows";
-    chunks_.emplace_back(chunk);
-    next_row_ = chunk;
+    const int64_t bytes = rows * width_bytes;
+    PageMemory chunk = PageMemory::Map(static_cast<size_t>(bytes), bytes >= kHuge);
+    CHECK(!chunk.empty()) << "out of memory for " << bytes << " bytes of rows";
+    next_row_ = static_cast<float*>(chunk.data());
     rows_left_ = rows;
+    chunks_.push_back(std::move(chunk));
   }
 
   // REQUIRES: mu_ held (shared is enough).
@@ -223,7 +215,7 @@ class MemoryRowStore final : public RowStore {
   std::vector<float*> slot_rows_;                          // GUARDED_BY(mu_)
   float* next_row_ = nullptr;                              // GUARDED_BY(mu_): next unused row
   int64_t rows_left_ = 0;                                  // GUARDED_BY(mu_): in the last chunk
-  std::vector<std::unique_ptr<float, FreeChunk>> chunks_;  // GUARDED_BY(mu_)
+  std::vector<PageMemory> chunks_;  // GUARDED_BY(mu_)
   int64_t count_ = 0;                             // GUARDED_BY(mu_)
   // Rows read that were stored / that had to be initialized.
   std::atomic<int64_t> hits_{0}, misses_{0};

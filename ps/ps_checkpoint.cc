@@ -13,6 +13,7 @@
 #include <glog/logging.h>
 #include <nlohmann/json.hpp>
 
+#include "ps/page_memory.h"
 #include "ps/ps_service.h"
 #include "ps/row_layout.h"
 #include "ps/row_snapshot.h"
@@ -93,6 +94,7 @@ StatusOr<json> PsService::Snapshot(const std::string& dir, int64_t step) {
   LOG(INFO) << "ps " << ps_rank_.load() << ": snapshot of " << todo.size() << " shard(s) at step " << step << " in "
             << dir << ": " << rows << " rows, " << bytes << " bytes in "
             << std::chrono::duration<double>(Clock::now() - start).count() << " s";
+  ReturnFreedHeapMemory();  // the write buffers
   return out;
 }
 

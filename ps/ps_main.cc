@@ -50,12 +50,13 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
-  // Large blocks (row chunks, request buffers) straight from mmap, and back
-  // to the system when freed. glibc otherwise raises its threshold after the
-  // first large free, and a server that reloads its shards (a rollback, a
-  // change of servers) kept the old ones' memory: +19% RSS per recovery in
-  // bench/soak.sh.
-  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+  // No mallopt(M_MMAP_THRESHOLD): a fixed threshold makes every request
+  // buffer over it a fresh mmap, zeroed page by page and unmapped after the
+  // reply (a third of the server's CPU on W2). Row slabs come from
+  // ps/page_memory.h, so dropped shards return their rows at once; one
+  // malloc arena, so that ReturnFreedHeapMemory (malloc_trim) can return
+  // the rest too: it cannot shrink the heaps of per-thread arenas.
+  mallopt(M_ARENA_MAX, 1);
   // Blocked before any thread starts, so that every thread inherits it and
   // only the watcher below takes them.
   sigset_t set;

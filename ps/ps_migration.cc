@@ -15,6 +15,7 @@
 
 #include "common/control_messages.h"
 #include "common/messages.h"
+#include "ps/page_memory.h"
 #include "ps/ps_service.h"
 #include "ps/row_layout.h"
 #include "ps/shard_parallel.h"
@@ -51,6 +52,7 @@ void PsService::EndMigration() {
   }
   // A precopy's sources stop remembering updated rows.
   for (const auto& [id, shard] : *shards) shard->TrackChanges(false);
+  ReturnFreedHeapMemory();  // what the migration staged or remembered
 }
 
 void PsService::Migrate(const MigrateRequest& req, std::function<void(StatusOr<json>)> done) {

@@ -12,6 +12,7 @@
 #include "common/json_fields.h"
 #include "common/param_file.h"
 #include "kernels/dedup.h"
+#include "ps/page_memory.h"
 
 namespace tessera {
 
@@ -208,6 +209,7 @@ Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, c
   // Lookups that waited under the old plan get PLAN_CHANGED, not the
   // INTERNAL of a dropped request: a new plan replaced theirs.
   AnswerReleased(std::move(parked));
+  ReturnFreedHeapMemory();  // the old shards' and the restore's
   return Status::OK();
 }
 

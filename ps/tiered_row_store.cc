@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/row_init.h"
+#include "ps/page_memory.h"
 
 namespace tessera {
 namespace {
@@ -262,7 +263,7 @@ class TieredRowStore final : public RowStore, public RocksCheckpointable {
   uint32_t Epoch(int64_t accesses) const { return static_cast<uint32_t>(accesses / halving_accesses_); }
 
   float* Row(int64_t slot) const {
-    return rows_[slot / kChunkRows].get() + (slot % kChunkRows) * static_cast<int64_t>(row_width());
+    return static_cast<float*>(rows_[slot / kChunkRows].data()) + (slot % kChunkRows) * static_cast<int64_t>(row_width());
   }
   SlotMeta* Meta(int64_t slot) const { return &metas_[slot / kChunkRows][slot % kChunkRows]; }
   int64_t Find(int64_t id, uint64_t hash) const;  // REQUIRES: mu_ held
@@ -282,7 +283,7 @@ class TieredRowStore final : public RowStore, public RocksCheckpointable {
   std::vector<int32_t> table_;                       // GUARDED_BY(mu_): slot or kEmpty
   uint64_t mask_ = 0;                                // GUARDED_BY(mu_)
   std::vector<std::unique_ptr<SlotMeta[]>> metas_;   // GUARDED_BY(mu_) (the vectors; slots are pinned or under mu_)
-  std::vector<std::unique_ptr<float[]>> rows_;       // GUARDED_BY(mu_)
+  std::vector<PageMemory> rows_;                      // GUARDED_BY(mu_): from the kernel, see page_memory.h
   int64_t slots_used_ = 0;                           // GUARDED_BY(mu_): high-water mark
   std::vector<int32_t> free_slots_;                  // GUARDED_BY(mu_)
   int64_t rows_below_;                               // GUARDED_BY(mu_)
@@ -591,7 +592,10 @@ int64_t TieredRowStore::Insert(int64_t id, uint64_t hash) {
     CHECK_LT(slot, int64_t{std::numeric_limits<int32_t>::max()});
     if (slot / kChunkRows >= static_cast<int64_t>(rows_.size())) {
       metas_.emplace_back(new SlotMeta[kChunkRows]);
-      rows_.emplace_back(new float[kChunkRows * row_width()]);
+      const size_t bytes = static_cast<size_t>(kChunkRows) * row_width() * sizeof(float);
+      PageMemory chunk = PageMemory::Map(bytes, false);
+      CHECK(!chunk.empty()) << "out of memory for " << bytes << " bytes of rows";
+      rows_.push_back(std::move(chunk));
     }
   }
   SlotMeta* m = Meta(slot);
