@@ -366,10 +366,100 @@ int64_t JobConfig::InteractionWidth() const {
   return width;
 }
 
+namespace {
+
+// The job's tables in the long form, each with the path its errors name:
+// "tables" as given, then each of "table_families" expanded member by
+// member, with "table_defaults" under every table's own keys (a key a table
+// sets replaces the default whole).
+//   "table_families": [{"names": "t_C{i}", "range": [1, 26],
+//                       "feature_names": ["C{i}"], "num_embeddings": [..26..]}]
+// {i} in "names" and "feature_names" becomes the member's number; any other
+// key is the members' (a list for num_embeddings: one per member).
+Status ExpandTables(const json& j, std::vector<std::pair<json, std::string>>* out) {
+  const json defaults = j.contains("table_defaults") ? j.at("table_defaults") : json::object();
+  if (!defaults.is_object()) return Status::InvalidArgument("table_defaults: must be an object");
+  for (const char* key : {"name", "feature_names"}) {
+    if (defaults.contains(key)) {
+      return Status::InvalidArgument(std::string("table_defaults.") + key + ": a table's own, not a default");
+    }
+  }
+  auto with_defaults = [&](json table) {
+    if (table.is_object()) {
+      for (auto it = defaults.begin(); it != defaults.end(); ++it) {
+        if (!table.contains(it.key())) table[it.key()] = it.value();
+      }
+    }
+    return table;
+  };
+  if (j.contains("tables")) {
+    const json& tables = j.at("tables");
+    if (!tables.is_array()) return Status::InvalidArgument("tables: must be a list");
+    for (size_t i = 0; i < tables.size(); ++i) {
+      out->emplace_back(with_defaults(tables[i]), "tables[" + std::to_string(i) + "]");
+    }
+  }
+  if (j.contains("table_families")) {
+    const json& families = j.at("table_families");
+    if (!families.is_array()) return Status::InvalidArgument("table_families: must be a list");
+    for (size_t f = 0; f < families.size(); ++f) {
+      const std::string path = "table_families[" + std::to_string(f) + "]";
+      const json& family = families[f];
+      if (!family.is_object()) return Status::InvalidArgument(path + ": must be an object");
+      if (!family.contains("names") || !family.at("names").is_string() ||
+          family.at("names").get<std::string>().find("{i}") == std::string::npos) {
+        return Status::InvalidArgument(path + ".names: required, a name with {i} in it (\"t_C{i}\")");
+      }
+      const json& range = family.contains("range") ? family.at("range") : json();
+      if (!range.is_array() || range.size() != 2 || !range[0].is_number_integer() || !range[1].is_number_integer() ||
+          range[0].get<int64_t>() > range[1].get<int64_t>() || range[1].get<int64_t>() - range[0].get<int64_t>() >= 100000) {
+        return Status::InvalidArgument(path + ".range: required, [first, last] with first <= last (at most 100,000 members)");
+      }
+      const int64_t first = range[0].get<int64_t>(), last = range[1].get<int64_t>();
+      const size_t members = static_cast<size_t>(last - first + 1);
+      if (family.contains("num_embeddings") && family.at("num_embeddings").is_array() &&
+          family.at("num_embeddings").size() != members) {
+        return Status::InvalidArgument(path + ".num_embeddings: a list needs one per member (" +
+                                       std::to_string(members) + "), got " +
+                                       std::to_string(family.at("num_embeddings").size()));
+      }
+      auto substitute = [](std::string text, int64_t i) {
+        for (size_t at = text.find("{i}"); at != std::string::npos; at = text.find("{i}", at)) {
+          text.replace(at, 3, std::to_string(i));
+        }
+        return text;
+      };
+      for (int64_t i = first; i <= last; ++i) {
+        json table = json::object();
+        for (auto it = family.begin(); it != family.end(); ++it) {
+          if (it.key() == "names" || it.key() == "range") continue;
+          table[it.key()] = it.value();
+        }
+        table["name"] = substitute(family.at("names").get<std::string>(), i);
+        if (table.contains("feature_names") && table.at("feature_names").is_array()) {
+          for (json& name : table["feature_names"]) {
+            if (name.is_string()) name = substitute(name.get<std::string>(), i);
+          }
+        }
+        if (table.contains("num_embeddings") && table.at("num_embeddings").is_array()) {
+          table["num_embeddings"] = family.at("num_embeddings")[static_cast<size_t>(i - first)];
+        }
+        const std::string member = path + "[" + std::to_string(i - first) + "] (" + table["name"].get<std::string>() + ")";
+        out->emplace_back(with_defaults(std::move(table)), member);
+      }
+    }
+  }
+  if (out->empty()) return Status::InvalidArgument("tables: none given (a 'tables' list or 'table_families')");
+  return Status::OK();
+}
+
+}  // namespace
+
 StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_dir) {
   JsonFields f(j, "");
   TESSERA_RETURN_IF_ERROR(
-      f.OnlyKeys({"name", "cluster", "tables", "model", "data", "training", "runtime", "checkpoint"}));
+      f.OnlyKeys({"name", "cluster", "tables", "table_defaults", "table_families", "model", "data", "training",
+                  "runtime", "checkpoint"}));
   JobConfig c;
   TESSERA_RETURN_IF_ERROR(f.String("name", &c.name, false));
   if (const json* cl = f.Get("cluster")) {
@@ -393,11 +483,11 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
   const json* data = nullptr;
   TESSERA_RETURN_IF_ERROR(f.Object("data", true, &data));
   TESSERA_RETURN_IF_ERROR(ParseData(*data, &c.data, base_dir));
-  const json* tables = f.Get("tables");
-  if (tables == nullptr || !tables->is_array()) return Status::InvalidArgument("tables: required list is missing");
-  for (size_t i = 0; i < tables->size(); ++i) {
+  std::vector<std::pair<json, std::string>> tables;
+  TESSERA_RETURN_IF_ERROR(ExpandTables(j, &tables));
+  for (const auto& [spec, path] : tables) {
     TableConfig t;
-    TESSERA_RETURN_IF_ERROR(ParseTable((*tables)[i], "tables[" + std::to_string(i) + "]", c.training, &t));
+    TESSERA_RETURN_IF_ERROR(ParseTable(spec, path, c.training, &t));
     c.tables.push_back(std::move(t));
   }
   if (const json* rt = f.Get("runtime")) {

@@ -52,6 +52,61 @@ TEST(JobConfigTest, TableSeedsDependOnNameNotOrder) {
   EXPECT_NE(ca->tables[0].seed, ca->tables[1].seed);
 }
 
+// A family of tables and shared defaults expand to exactly the long form.
+TEST(JobConfigTest, TableFamiliesAndDefaultsExpandToTheLongForm) {
+  json compact = MinimalJob();
+  compact.erase("tables");
+  compact["table_defaults"] = {{"embedding_dim", 8}, {"pooling", "MEAN"}, {"optimizer", {{"type", "adagrad"}, {"lr", 0.1}}}};
+  compact["tables"] = json::array({{{"name", "own"}, {"num_embeddings", 7}, {"feature_names", {"o"}}, {"embedding_dim", 2}}});
+  compact["table_families"] = json::array(
+      {{{"names", "t_C{i}"}, {"range", {2, 4}}, {"feature_names", {"C{i}", "D{i}"}}, {"num_embeddings", {10, 20, 30}}},
+       {{"names", "s{i}"}, {"range", {0, 1}}, {"feature_names", {"s{i}"}}, {"num_embeddings", 5}, {"pooling", "SUM"}}});
+  json long_form = MinimalJob();
+  auto table = [](const std::string& name, int64_t rows, int dim, std::vector<std::string> features,
+                  const std::string& pooling) {
+    return json{{"name", name},         {"num_embeddings", rows}, {"embedding_dim", dim},
+                {"feature_names", features}, {"pooling", pooling},
+                {"optimizer", {{"type", "adagrad"}, {"lr", 0.1}}}};
+  };
+  long_form["tables"] = json::array({table("own", 7, 2, {"o"}, "MEAN"), table("t_C2", 10, 8, {"C2", "D2"}, "MEAN"),
+                                     table("t_C3", 20, 8, {"C3", "D3"}, "MEAN"), table("t_C4", 30, 8, {"C4", "D4"}, "MEAN"),
+                                     table("s0", 5, 8, {"s0"}, "SUM"), table("s1", 5, 8, {"s1"}, "SUM")});
+  auto a = ParseJobConfigJson(compact, ""), b = ParseJobConfigJson(long_form, "");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->ToJson(), b->ToJson());
+  ASSERT_EQ(a->tables.size(), 6u);
+  EXPECT_EQ(a->tables[3].feature_names, (std::vector<std::string>{"C4", "D4"}));
+  EXPECT_EQ(a->tables[3].num_embeddings, 30);
+
+  // Errors name the family and the member.
+  json bad = compact;
+  bad["table_families"][0]["num_embeddings"] = {10, 20};
+  EXPECT_NE(ParseError(bad).message().find("table_families[0].num_embeddings: a list needs one per member (3)"),
+            std::string::npos)
+      << ParseError(bad);
+  bad = compact;
+  bad["table_families"][0]["num_embeddings"] = {10, 0, 30};
+  EXPECT_NE(ParseError(bad).message().find("table_families[0][1] (t_C3).num_embeddings"), std::string::npos)
+      << ParseError(bad);
+  bad = compact;
+  bad["table_families"][1]["names"] = "s";
+  EXPECT_NE(ParseError(bad).message().find("table_families[1].names"), std::string::npos) << ParseError(bad);
+  bad = compact;
+  bad["table_families"][1]["range"] = {3, 1};
+  EXPECT_NE(ParseError(bad).message().find("table_families[1].range"), std::string::npos) << ParseError(bad);
+  bad = compact;
+  bad["table_defaults"]["name"] = "x";
+  EXPECT_NE(ParseError(bad).message().find("table_defaults.name"), std::string::npos) << ParseError(bad);
+  bad = compact;
+  bad["table_defaults"]["embeding_dim"] = 3;  // a typo in a default is still an unknown field
+  EXPECT_NE(ParseError(bad).message().find("embeding_dim"), std::string::npos) << ParseError(bad);
+  bad = compact;
+  bad.erase("tables");
+  bad.erase("table_families");
+  EXPECT_NE(ParseError(bad).message().find("tables: none given"), std::string::npos) << ParseError(bad);
+}
+
 TEST(JobConfigTest, ClearErrors) {
   struct Case {
     std::function<void(json&)> edit;
