@@ -37,6 +37,15 @@ if [ "$(id -u)" = 0 ]; then
   fi
 fi
 
+# scripts/plot_run.py's test needs Debian's matplotlib (skipped without).
+if ! dpkg-query -W -f='${Status}' python3-matplotlib 2>/dev/null | grep -q "install ok installed" &&
+  [ "$(id -u)" = 0 ]; then
+  echo "== installing python3-matplotlib (for scripts/plot_run.py's test)"
+  install_mpl() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-matplotlib >/dev/null; }
+  install_mpl || { apt-get update -qq && install_mpl; } ||
+    echo "could not install python3-matplotlib: the plot test will be skipped" >&2
+fi
+
 echo "== build (release)"
 # Configured as scripts/build.sh configures it (the flags live in
 # CMakeLists.txt), so that neither rebuilds what the other built.

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# scripts/plot_run.py on two small run folders written here: three PNGs for
+# the pair, and a clear error (file and line) for a damaged metrics file.
+# Skipped (exit 77) where Debian's python3-matplotlib is not installed.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+if ! /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  echo "SKIPPED: python3-matplotlib is not installed"
+  exit 77
+fi
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+for run in a b; do
+  mkdir -p "$dir/$run"
+  for r in 0 1; do
+    /usr/bin/python3 - "$dir/$run/trainer$r.jsonl" "$run" <<'PY'
+import json, math, sys
+with open(sys.argv[1], "w") as f:
+    for step in range(120):
+        f.write(json.dumps({"step": step, "loss": 0.7 * math.exp(-step / 60) + (0.05 if sys.argv[2] == "b" else 0),
+                            "examples_per_s": 20000 + 10 * step, "step_ms": 3.0, "data_ms": 0.1,
+                            "lookup_ms": 0.8, "dense_ms": 0.4, "allreduce_ms": 1.2, "push_ms": 0.1}) + "\n")
+PY
+  done
+  echo '{"examples_per_s": 40000, "eval": {"auc": 0.7, "log_loss": 0.5}}' >"$dir/$run/summary.json"
+done
+
+"$ROOT/scripts/plot_run.py" "$dir/a" "$dir/b" --out "$dir/plots" --smooth 10
+for png in loss examples_per_s step_time; do
+  f="$dir/plots/$png.png"
+  [ -s "$f" ] || { echo "FAIL: $f was not written" >&2; exit 1; }
+  # A PNG starts with \x89PNG.
+  [ "$(head -c 4 "$f" | tail -c 3)" = "PNG" ] || { echo "FAIL: $f is not a PNG" >&2; exit 1; }
+done
+
+echo '{"step": 120, "loss": ' >>"$dir/b/trainer1.jsonl"
+if out=$("$ROOT/scripts/plot_run.py" "$dir/b" --out "$dir/bad" 2>&1); then
+  echo "FAIL: a damaged metrics file was plotted" >&2
+  exit 1
+fi
+echo "$out" | grep -q "trainer1.jsonl:121: not JSON" || { echo "FAIL: unclear error: $out" >&2; exit 1; }
+if out=$("$ROOT/scripts/plot_run.py" "$dir/nothing" 2>&1); then
+  echo "FAIL: a missing run folder was plotted" >&2
+  exit 1
+fi
+echo "$out" | grep -q "nothing: no such run folder" || { echo "FAIL: unclear error: $out" >&2; exit 1; }
+echo "PASS: three PNGs for two runs; damaged and missing inputs refused"
