@@ -130,6 +130,10 @@ class Master {
     Clock::time_point last_seen;
     nlohmann::json stats;
     bool leaving = false;  // to be drained and shut down at the next boundary
+    // Its first heartbeat came, so it has taken its registration's reply and
+    // knows this master's connection: until then it refuses the master's
+    // orders (PERMISSION_DENIED), so a change of servers waits for it.
+    bool ready = false;
     // The connection it registered from (RpcClient::routing_id()): only
     // that one may speak for it.
     std::string routing_id;

@@ -65,7 +65,7 @@ bool Master::ServersDiffer() const {
   if (backups_missing_) return true;
   for (const auto& [id, p] : ps_) {
     const bool in_generation = std::find(generation_ps_.begin(), generation_ps_.end(), id) != generation_ps_.end();
-    if (p.leaving || !in_generation) return true;
+    if (p.leaving || (!in_generation && p.ready)) return true;
   }
   return false;
 }
@@ -174,14 +174,15 @@ void Master::MaybeStartPrecopy() {
 }
 
 std::vector<int> Master::NextServers() const {
-  // Survivors keep their plan ranks' order; newcomers follow, oldest first.
+  // Survivors keep their plan ranks' order; newcomers follow, oldest first,
+  // once ready for orders.
   std::vector<int> next;
   for (int id : generation_ps_) {
     auto it = ps_.find(id);
     if (it != ps_.end() && !it->second.leaving) next.push_back(id);
   }
   for (const auto& [id, p] : ps_) {
-    if (!p.leaving && std::find(next.begin(), next.end(), id) == next.end()) next.push_back(id);
+    if (!p.leaving && p.ready && std::find(next.begin(), next.end(), id) == next.end()) next.push_back(id);
   }
   return next;
 }

@@ -185,6 +185,7 @@ void Master::HandleHeartbeat(const HeartbeatRequest& req, Responder& r) {
       return;
     }
     it->second.last_seen = now;
+    it->second.ready = true;
     if (!req.stats.is_null()) it->second.stats = req.stats;
   } else {
     if (Status member = CheckTrainer(TrainerId{req.rank, req.incarnation}, r); !member.ok()) {
