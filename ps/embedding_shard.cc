@@ -115,10 +115,17 @@ Status EmbeddingShard::Forward(std::span<const int32_t> lengths, std::span<const
     kernels::EmbeddingBagForwardCpu(args);
   } else {
     // Pooled straight from the store's rows, under its read lock: no copy.
-    TESSERA_RETURN_IF_ERROR(store_->Read(c.unique_ids, [&](const float* const* rows, int64_t) {
+    const bool keep_rows = store_->stable_rows();
+    TESSERA_RETURN_IF_ERROR(store_->Read(c.unique_ids, [&](const float* const* rows, int64_t n) {
       args.row_ptrs = rows;
       kernels::EmbeddingBagForwardCpu(args);
+      if (keep_rows) {
+        // For the update: the store does not move them (stable_rows).
+        c.row_ptrs.resize(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) c.row_ptrs[i] = const_cast<float*>(rows[i]);
+      }
     }));
+    if (keep_rows) c.row_store = store_.get();
   }
   *ctx = std::move(c);
   return Status::OK();
@@ -183,7 +190,8 @@ Status EmbeddingShard::Backward(const ForwardContextEntry& ctx, const float* gra
   return Status::OK();
 }
 
-Status EmbeddingShard::Apply(std::span<const int64_t> ids, const float* grad_rows) {
+Status EmbeddingShard::Apply(std::span<const int64_t> ids, const float* grad_rows, std::span<float* const> rows,
+                             const RowStore* from) {
   std::shared_lock<std::shared_mutex> applying(apply_mu_);
   if (tracking_.load(std::memory_order_acquire)) {
     // Before the update: a copy that reads the row after this point is
@@ -193,9 +201,13 @@ Status EmbeddingShard::Apply(std::span<const int64_t> ids, const float* grad_row
   }
   const int dim = cols();
   if (DeviceRowStore* tier = store_->device_tier()) return tier->Apply(optimizer_, dim, ids, grad_rows);
-  return store_->Update(ids, [&](float* const* rows, int64_t n) {
-    kernels::ApplySparseOptimizerCpu(optimizer_, dim, rows, grad_rows, n);
-  });
+  auto update = [&](float* const* found, int64_t n) {
+    kernels::ApplySparseOptimizerCpu(optimizer_, dim, found, grad_rows, n);
+  };
+  if (from == store_.get() && rows.size() == ids.size() && store_->stable_rows()) {
+    return store_->UpdateRows(rows.data(), static_cast<int64_t>(rows.size()), update);
+  }
+  return store_->Update(ids, update);
 }
 
 void EmbeddingShard::TrackChanges(bool on) {

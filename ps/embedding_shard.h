@@ -37,6 +37,11 @@ struct ForwardContextEntry {
   // A rows entry (kEntryRows): unique_ids are the request's ids, the reply
   // was their rows and the push carries their row gradients as they are.
   bool rows = false;
+  // Where unique_ids' rows are, when the store keeps rows in place
+  // (RowStore::stable_rows): the update then skips finding them again.
+  // Valid while `row_store` is the shard's store.
+  const RowStore* row_store = nullptr;
+  std::vector<float*> row_ptrs;  // [U] or empty
 };
 
 class EmbeddingShard {
@@ -84,8 +89,12 @@ class EmbeddingShard {
   // grad_rows [U x cols]. Fails only where the GPU tier does (a device error).
   Status Backward(const ForwardContextEntry& ctx, const float* grad_out, float* grad_rows) const;
 
-  // Applies the optimizer once to each of the distinct `ids`.
-  Status Apply(std::span<const int64_t> ids, const float* grad_rows);
+  // Applies the optimizer once to each of the distinct `ids`. `rows`, when
+  // given, are their rows as a lookup of `from` found them (see
+  // ForwardContextEntry::row_ptrs): used when `from` is still this shard's
+  // store, which keeps rows in place.
+  Status Apply(std::span<const int64_t> ids, const float* grad_rows, std::span<float* const> rows = {},
+               const RowStore* from = nullptr);
 
   // The initial full row of `id` (weights of this shard's columns + state).
   void InitRow(int64_t id, float* row) const;

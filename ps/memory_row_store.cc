@@ -85,6 +85,14 @@ class MemoryRowStore final : public RowStore {
     return Status::OK();
   }
 
+  // Slots never move and are freed only with the store.
+  bool stable_rows() const override { return true; }
+  Status UpdateRows(float* const* rows, int64_t n, const UpdateFn& fn) override {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    fn(rows, n);
+    return Status::OK();
+  }
+
   Status Put(std::span<const int64_t> ids, const float* rows) override {
     std::unique_lock<std::shared_mutex> lock(mu_);
     for (size_t i = 0; i < ids.size(); ++i) {

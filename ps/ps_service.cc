@@ -536,6 +536,8 @@ Status PsService::PushToRowGrads(const PushRequest& push, const Context& ctx, st
     EntryGrads& g = (*out)[i];
     g.shard = ce.shard;
     g.ids = ce.unique_ids;
+    g.rows = ce.row_ptrs;
+    g.row_store = ce.row_store;
     g.grads.resize(g.ids.size() * shard->cols());
     TESSERA_RETURN_IF_ERROR(shard->Backward(ce, push.grads.data() + offset, g.grads.data()));
     offset += static_cast<size_t>(pe.rows) * pe.cols;
@@ -560,26 +562,34 @@ Status PsService::ApplyMerged(const std::vector<const std::vector<EntryGrads>*>&
   std::vector<int64_t> all_ids, unique;
   std::vector<int32_t> inverse;
   std::vector<float> summed;
+  std::vector<float*> rows;
   for (auto& [shard_id, parts] : by_shard) {
     EmbeddingShard* shard = shards->at(shard_id).get();
     const int cols = shard->cols();
     if (parts.size() == 1) {
-      TESSERA_RETURN_IF_ERROR(shard->Apply(parts[0]->ids, parts[0]->grads.data()));
+      TESSERA_RETURN_IF_ERROR(shard->Apply(parts[0]->ids, parts[0]->grads.data(), parts[0]->rows, parts[0]->row_store));
       continue;
     }
     all_ids.clear();
     for (const EntryGrads* p : parts) all_ids.insert(all_ids.end(), p->ids.begin(), p->ids.end());
     ThreadDeduper()->Run(all_ids, &unique, &inverse);
     summed.assign(unique.size() * cols, 0.0f);
+    // The merged ids' rows, where every part knows its own in one store.
+    const RowStore* row_store = parts[0]->row_store;
+    for (const EntryGrads* p : parts) {
+      if (p->row_store != row_store || p->rows.size() != p->ids.size()) row_store = nullptr;
+    }
+    rows.assign(row_store != nullptr ? unique.size() : 0, nullptr);
     size_t k = 0;
     for (const EntryGrads* p : parts) {
       for (size_t i = 0; i < p->ids.size(); ++i, ++k) {
         float* dst = summed.data() + static_cast<size_t>(inverse[k]) * cols;
         const float* src = p->grads.data() + i * cols;
         for (int c = 0; c < cols; ++c) dst[c] += src[c];
+        if (row_store != nullptr) rows[inverse[k]] = p->rows[i];
       }
     }
-    TESSERA_RETURN_IF_ERROR(shard->Apply(unique, summed.data()));
+    TESSERA_RETURN_IF_ERROR(shard->Apply(unique, summed.data(), rows, row_store));
   }
   return Status::OK();
 }

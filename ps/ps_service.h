@@ -172,6 +172,10 @@ class PsService {
     uint32_t shard = 0;
     std::vector<int64_t> ids;
     std::vector<float> grads;  // [ids x cols]
+    // The rows of ids as the lookup found them, when its store keeps rows
+    // in place (ForwardContextEntry::row_ptrs), and that store.
+    std::vector<float*> rows;
+    const RowStore* row_store = nullptr;
   };
   using ShardMap = std::unordered_map<uint32_t, std::shared_ptr<EmbeddingShard>>;
   struct DeferredLookup {

@@ -74,6 +74,19 @@ class RowStore {
   // Inserts or overwrites full rows: rows is [ids.size() x row_width].
   virtual Status Put(std::span<const int64_t> ids, const float* rows) = 0;
 
+  // Whether a row, once materialized, stays at the same address for the
+  // store's life (rows are never moved, evicted or freed): then a lookup's
+  // row pointers serve its update too, without finding the rows again.
+  virtual bool stable_rows() const { return false; }
+  // Update for such a store, on rows a Read of this store gave: the same
+  // locking as Update, no lookup of the ids. REQUIRES: stable_rows().
+  virtual Status UpdateRows(float* const* rows, int64_t n, const UpdateFn& fn) {
+    (void)rows;
+    (void)n;
+    (void)fn;
+    return Status::Internal("this store's rows move: update them by id");
+  }
+
   // A hint that about `rows` more rows are about to be inserted (a restore,
   // a migration): a store whose index grows by rehashing sizes it once.
   virtual void Reserve(int64_t rows) { (void)rows; }
