@@ -183,6 +183,35 @@ void EmbeddingClient::AddPooledEntry(const ShardSpec* shard, uint32_t flags, ker
            unique_scratch_, {}, std::move(route), requests);
 }
 
+void EmbeddingClient::RowsEntry::Pool(const float* rows, int cols, int64_t bags, float* out) const {
+  kernels::EmbeddingBagForwardArgs<int32_t> args;
+  args.rows = rows;
+  args.num_rows = unique;
+  args.row_stride = cols;
+  args.dim = cols;
+  args.indices = inverse.data();
+  args.offsets = offsets.data();
+  args.num_bags = bags;
+  args.weights = weights.empty() ? nullptr : weights.data();
+  args.pooling = pooling;
+  args.out = out;
+  kernels::EmbeddingBagForwardCpu(args);
+}
+
+void EmbeddingClient::RowsEntry::Unpool(const float* grad_out, int cols, int64_t bags, float* grad_rows) const {
+  kernels::EmbeddingBagBackwardArgs<int32_t> args;
+  args.grad_out = grad_out;
+  args.dim = cols;
+  args.indices = inverse.data();
+  args.offsets = offsets.data();
+  args.num_bags = bags;
+  args.weights = weights.empty() ? nullptr : weights.data();
+  args.pooling = pooling;
+  args.num_rows = unique;
+  args.grad_rows = grad_rows;
+  kernels::EmbeddingBagBackwardCpu(args);
+}
+
 Status EmbeddingClient::StartLookup(uint64_t step, const KeyedJaggedTensor& kjt, bool inference) {
   TESSERA_RETURN_IF_ERROR(kjt.Validate());
   if (pending_.size() >= 2) return Status::FailedPrecondition("more than two lookups in flight");
@@ -287,18 +316,7 @@ Status EmbeddingClient::FinishLookup(FeatureOutputs* out) {
         if (r.rows) {
           // Pooled here, with the kernel the server would have run.
           pool_scratch_.resize(r.out_rows * cols);
-          kernels::EmbeddingBagForwardArgs<int32_t> args;
-          args.rows = v;
-          args.num_rows = r.rows->unique;
-          args.row_stride = cols;
-          args.dim = cols;
-          args.indices = r.rows->inverse.data();
-          args.offsets = r.rows->offsets.data();
-          args.num_bags = r.out_rows;
-          args.weights = r.rows->weights.empty() ? nullptr : r.rows->weights.data();
-          args.pooling = r.rows->pooling;
-          args.out = pool_scratch_.data();
-          kernels::EmbeddingBagForwardCpu(args);
+          r.rows->Pool(v, cols, r.out_rows, pool_scratch_.data());
           pooled = pool_scratch_.data();
         }
         for (int64_t row = 0; row < r.out_rows; ++row) {
@@ -406,17 +424,7 @@ void EmbeddingClient::SendPush(const FeatureOutputs& grads) {
       if (r.rows) {
         pool_scratch_.assign(values.begin() + bag_grads, values.end());
         values.resize(bag_grads + r.rows->unique * cols);
-        kernels::EmbeddingBagBackwardArgs<int32_t> args;
-        args.grad_out = pool_scratch_.data();
-        args.dim = cols;
-        args.indices = r.rows->inverse.data();
-        args.offsets = r.rows->offsets.data();
-        args.num_bags = r.out_rows;
-        args.weights = r.rows->weights.empty() ? nullptr : r.rows->weights.data();
-        args.pooling = r.rows->pooling;
-        args.num_rows = r.rows->unique;
-        args.grad_rows = values.data() + bag_grads;
-        kernels::EmbeddingBagBackwardCpu(args);
+        r.rows->Unpool(pool_scratch_.data(), cols, r.out_rows, values.data() + bag_grads);
       }
     }
     last_push_bytes_ += static_cast<int64_t>(entries.size() * sizeof(PushEntry) + values.size() * sizeof(float));

@@ -123,6 +123,11 @@ class EmbeddingClient {
     std::vector<int64_t> offsets;  // [bags + 1], the non-empty bags only
     std::vector<float> weights;    // [ids] or empty
     kernels::Pooling pooling = kernels::Pooling::kSum;
+    // The server's forward over the reply's rows [unique x cols]:
+    // out [bags x cols].
+    void Pool(const float* rows, int cols, int64_t bags, float* out) const;
+    // The server's backward: grad_out [bags x cols] -> grad_rows [unique x cols].
+    void Unpool(const float* grad_out, int cols, int64_t bags, float* grad_rows) const;
   };
   struct EntryRoute {
     int feature = 0;
