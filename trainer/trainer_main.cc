@@ -46,10 +46,10 @@ int main(int argc, char** argv) {
   }
   if (!*keys) LOG(WARNING) << tessera::kInsecureWarning;
   tessera::TrainerOptions options;
-  options.keys = *keys;
-  options.master = FLAGS_master;
-  options.rank = FLAGS_rank;
-  options.world = FLAGS_world;
+  options.member.keys = *keys;
+  options.member.master = FLAGS_master;
+  options.member.rank = FLAGS_rank;
+  options.member.world = FLAGS_world;
   options.metrics_file = FLAGS_metrics_file;
   auto host = FLAGS_master.empty() ? tessera::StatusOr<std::string>(FLAGS_host)
                                    : tessera::AdvertisedHost(FLAGS_host, "", FLAGS_master);
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   options.host = *host;
   options.blas_threads = FLAGS_blas_threads;
   options.device = *device;
-  options.register_timeout_ms = FLAGS_register_timeout_ms;
+  options.member.register_timeout_ms = FLAGS_register_timeout_ms;
   options.test_stall_at_step = FLAGS_test_stall_at_step;
   options.test_crash_in_checkpoint = FLAGS_test_crash_in_checkpoint;
   options.crash_hook = [] {
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   // The job is over for this trainer: Run() returns once its thread is free;
   // should that thread be stuck with a dead peer (a collective has no way to
   // be interrupted), the process ends anyway after a grace period.
-  options.on_fatal = [](const tessera::Status& why) {
+  options.member.on_fatal = [](const tessera::Status& why) {
     const int code = why.code() == tessera::StatusCode::kAborted ? 2 : 1;
     std::thread([code] {
       std::this_thread::sleep_for(std::chrono::seconds(3));
