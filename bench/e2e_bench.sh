@@ -7,7 +7,11 @@
 #       20 Zipf(1.05) ids per trainer; MLP 512-256-1 on the pooled embedding; SGD
 #   W2: the same with 8 tables of 200,000 rows on 2 parameter servers
 #
-#   bench/e2e_bench.sh [--steps N] [--mode async|sync] [--prefetch] [--workloads "w1 w2"] [--repeats R]
+#   bench/e2e_bench.sh [--steps N] [--mode async|sync] [--prefetch] [--workloads "w1 w2"] [--repeats R] [--python]
+#
+# --python also runs each workload with PyTorch trainers (examples/dlrm_criteo.py
+# through tessera.torch, DDP over Gloo; docs/python.md) in the same run, and
+# prints their examples/s against the peer's and the C++ trainers'.
 #
 # Both systems time their steps after a warm-up (the peer: --warmup 20; Tessera:
 # the first 20 steps). Tessera runs async by default, the peer's own
@@ -22,6 +26,7 @@ MODE=async
 PREFETCH=0
 WORKLOADS="w1 w2"
 REPEATS=1
+PYTHON=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;
@@ -29,27 +34,37 @@ while [ $# -gt 0 ]; do
     --prefetch) PREFETCH=1; shift ;;
     --workloads) WORKLOADS="$2"; shift 2 ;;
     --repeats) REPEATS="$2"; shift 2 ;;
+    --python) PYTHON=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
 LABEL="$MODE"
 [ "$PREFETCH" = 1 ] && LABEL="$MODE+pf"
-"$ROOT/scripts/build.sh" --target tessera_master --target tessera_ps --target tessera_trainer >/dev/null
+TARGETS=(--target tessera_master --target tessera_ps --target tessera_trainer)
+[ "$PYTHON" = 1 ] && TARGETS+=(--target tessera_python)
+"$ROOT/scripts/build.sh" "${TARGETS[@]}" >/dev/null
 OUT="$ROOT/run/bench"
 mkdir -p "$OUT"
 
-tessera_run() {  # workload -> examples/s
-  local w="$1" ps=1 cfg="$OUT/$1.json"
+tessera_run() {  # workload [python] -> examples/s
+  local w="$1" ps=1 cfg="$OUT/$1.json" run="$OUT/tessera_$1" trainer=()
+  if [ "${2:-}" = python ]; then
+    run="$OUT/tessera_py_$1"
+    local port
+    port="$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    trainer=(--trainer_cmd "$ROOT/examples/dlrm_criteo.py" --trainer_flags "--dist_init tcp://127.0.0.1:$port")
+  fi
   [ "$w" = w2 ] && ps=2
   python3 - "$ROOT/bench/configs/$w.json" "$cfg" "$((STEPS + 20))" "$MODE" "$PREFETCH" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1])); c["training"]["steps"] = int(sys.argv[3]); c["training"]["consistency"] = sys.argv[4]; c["training"]["prefetch"] = sys.argv[5] == "1"
 json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
-  "$ROOT/scripts/launch_local.sh" --ps "$ps" --trainers 2 --config "$cfg" --run_dir "$OUT/tessera_$w" >/dev/null
+  PYTHONPATH="${TESSERA_BUILD_DIR:-$ROOT/build}/python" \
+    "$ROOT/scripts/launch_local.sh" --ps "$ps" --trainers 2 --config "$cfg" --run_dir "$run" "${trainer[@]}" >/dev/null
   # The servers' compute per trainer step and per looked-up id (to stderr:
   # stdout is the examples/s).
-  python3 - "$OUT/tessera_$w/summary.json" "$w" >&2 <<'PY'
+  python3 - "$run/summary.json" "$w" >&2 <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 ps = s["parameter_servers"]
@@ -63,7 +78,7 @@ print("  %s servers, per trainer step: %s ms in all (%s); ns per looked-up id: %
     ", ".join("%s %.2f" % (n, per_step[n]) for n, _ in parts),
     ", ".join("%s %.0f" % (n, per_id[n]) for n, _ in parts)))
 PY
-  python3 -c "import json;print(round(json.load(open('$OUT/tessera_$w/summary.json'))['examples_per_s']))"
+  python3 -c "import json;print(round(json.load(open('$run/summary.json'))['examples_per_s']))"
 }
 
 peer_run() {  # workload -> examples/s
@@ -84,6 +99,13 @@ for w in $WORKLOADS; do
     p=$(peer_run "$w")
     ratio=$(python3 -c "print('%.2f' % ($t / $p))" 2>/dev/null || echo n/a)
     printf '%-4s %-8s %14s %14s %7s\n' "$w" "$LABEL" "$t" "$p" "$ratio"
+    if [ "$PYTHON" = 1 ]; then
+      py=$(tessera_run "$w" python)
+      printf '%-4s %-8s %14s %14s %7s   (PyTorch trainers: %s of the C++ trainers)\n' "$w" "$LABEL+py" "$py" "$p" \
+        "$(python3 -c "print('%.2f' % ($py / $p))" 2>/dev/null || echo n/a)" \
+        "$(python3 -c "print('%.2f' % ($py / $t))")"
+      echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$LABEL+py\", \"steps\": $STEPS, \"tessera_examples_per_s\": $py, \"cpp_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\"}" >>"$OUT/results.jsonl"
+    fi
     echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$LABEL\", \"steps\": $STEPS, \"tessera_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\", \"ratio\": \"$ratio\"}" >>"$OUT/results.jsonl"
   done
 done

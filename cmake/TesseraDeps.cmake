@@ -52,3 +52,28 @@ if(NOT TESSERA_WITH_CUDA STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "Tessera: CUDA kernels ${TESSERA_CUDA_ENABLED}")
+
+# Python: the extension links the libraries into a shared object, so every
+# library is compiled position-independent when it is built (no measurable
+# cost on x86-64). Debian's interpreter by default, where python3-torch and
+# numpy are; -DPython3_EXECUTABLE=... builds for another.
+set(TESSERA_PYTHON_ENABLED OFF)
+if(NOT TESSERA_PYTHON STREQUAL "OFF")
+  if(NOT Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+    set(Python3_EXECUTABLE /usr/bin/python3)
+  endif()
+  find_package(Python3 COMPONENTS Interpreter Development.Module QUIET)
+  if(Python3_FOUND)
+    set(PYBIND11_FINDPYTHON ON)
+    find_package(pybind11 CONFIG QUIET)
+  endif()
+  if(Python3_FOUND AND pybind11_FOUND)
+    set(TESSERA_PYTHON_ENABLED ON)
+    set(CMAKE_POSITION_INDEPENDENT_CODE ON)
+    message(STATUS "Tessera: the Python extension builds for ${Python3_EXECUTABLE} (pybind11 ${pybind11_VERSION})")
+  elseif(TESSERA_PYTHON STREQUAL "ON")
+    message(FATAL_ERROR "TESSERA_PYTHON=ON needs Python 3 development files and pybind11 (apt-get install python3-dev pybind11-dev)")
+  else()
+    message(STATUS "Tessera: no pybind11 or Python 3 development files; the Python extension is not built")
+  endif()
+endif()

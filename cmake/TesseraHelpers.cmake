@@ -22,6 +22,11 @@ if(TESSERA_FUZZ)
   # targets link libFuzzer itself (tessera_add_fuzz_target).
   target_compile_options(tessera_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>)
 endif()
+if(CMAKE_POSITION_INDEPENDENT_CODE)
+  # Position-independent code (for the Python extension) that still inlines
+  # and calls our own functions directly, as the executables' code does.
+  target_compile_options(tessera_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fno-semantic-interposition>)
+endif()
 if(TESSERA_CUDA_ENABLED)
   target_compile_definitions(tessera_options INTERFACE TESSERA_HAVE_CUDA=1)
 endif()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds Tessera into build/ (or $TESSERA_BUILD_DIR).
-#   scripts/build.sh                 release build (RelWithDebInfo)
+#   scripts/build.sh                 release build (RelWithDebInfo), with the Python extension (python/)
 #   scripts/build.sh --asan          AddressSanitizer + UBSan build in build-asan/
 #   scripts/build.sh --fuzz          clang build of the fuzz targets in build-fuzz/ (add --target tessera_fuzz)
 #   scripts/build.sh --target X      only target X
@@ -12,10 +12,10 @@ EXTRA=()
 TARGETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --asan) BUILD_DIR="$ROOT/build-asan"; EXTRA+=(-DTESSERA_SANITIZE=ON -DTESSERA_WITH_CUDA=OFF); shift ;;
+    --asan) BUILD_DIR="$ROOT/build-asan"; EXTRA+=(-DTESSERA_SANITIZE=ON -DTESSERA_WITH_CUDA=OFF -DTESSERA_PYTHON=OFF); shift ;;
     --fuzz)
       BUILD_DIR="$ROOT/build-fuzz"
-      EXTRA+=(-DCMAKE_CXX_COMPILER=clang++ -DTESSERA_FUZZ=ON -DTESSERA_WITH_CUDA=OFF)
+      EXTRA+=(-DCMAKE_CXX_COMPILER=clang++ -DTESSERA_FUZZ=ON -DTESSERA_WITH_CUDA=OFF -DTESSERA_PYTHON=OFF)
       shift ;;
     --target) TARGETS+=(--target "$2"); shift 2 ;;
     *) EXTRA+=("$1"); shift ;;

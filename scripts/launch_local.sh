@@ -3,13 +3,17 @@
 # all on 127.0.0.1; or adds parameter servers to a job it is running.
 #
 #   scripts/launch_local.sh --ps N --trainers M --config job.json --run_dir DIR
-#       [--ps_flags "FLAGS"] [--trainer_flags "FLAGS"] [--timeout_s S] [--max_restarts R]
-#       [--keys KEYS | --insecure] [-- extra master flags]
+#       [--ps_flags "FLAGS"] [--trainer_flags "FLAGS"] [--trainer_cmd CMD] [--timeout_s S]
+#       [--max_restarts R] [--keys KEYS | --insecure] [-- extra master flags]
 #   scripts/launch_local.sh --run_dir DIR --add_ps N [--ps_flags "FLAGS"]
 #
 # --ps_flags go to every parameter server; {i} in them becomes the server's
 # index, e.g. --ps_flags "--host_bytes 64000000 --rocksdb_path DIR/rocks{i}".
 # --trainer_flags go to every trainer ({r}: its rank), e.g. "--device cuda:{r}".
+# --trainer_cmd runs CMD as each trainer instead of tessera_trainer, with the
+# same arguments (--master, --keys or --insecure, --rank, --world,
+# --metrics_file, then --trainer_flags): a PyTorch trainer such as
+# examples/dlrm_criteo.py (docs/python.md).
 # The binaries come from $TESSERA_BUILD_DIR (default build/), or all from one
 # folder with TESSERA_BIN_DIR (a GPU bundle's bin/).
 #
@@ -64,6 +68,7 @@ MASTER_EXTRA=()
 PS_FLAGS=""
 TRAINER_FLAGS=""
 MAX_RESTARTS=0
+TRAINER_CMD=""
 ADD_PS=""
 KEYS=""
 INSECURE=0
@@ -77,6 +82,7 @@ while [ $# -gt 0 ]; do
     --timeout_s) TIMEOUT_S="$2"; JOB_ARGS=1; shift 2 ;;
     --ps_flags) PS_FLAGS="$2"; shift 2 ;;
     --trainer_flags) TRAINER_FLAGS="$2"; JOB_ARGS=1; shift 2 ;;
+    --trainer_cmd) TRAINER_CMD="$2"; JOB_ARGS=1; shift 2 ;;
     --max_restarts) MAX_RESTARTS="$2"; JOB_ARGS=1; shift 2 ;;
     --add_ps) ADD_PS="$2"; shift 2 ;;
     --keys) KEYS="$2"; JOB_ARGS=1; shift 2 ;;
@@ -86,7 +92,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 usage() {
-  echo "usage: $0 --ps N --trainers M --config job.json --run_dir DIR [--ps_flags F] [--trainer_flags F] [--timeout_s S] [--max_restarts R] [--keys KEYS | --insecure] [-- master flags]" >&2
+  echo "usage: $0 --ps N --trainers M --config job.json --run_dir DIR [--ps_flags F] [--trainer_flags F] [--trainer_cmd CMD] [--timeout_s S] [--max_restarts R] [--keys KEYS | --insecure] [-- master flags]" >&2
   echo "       $0 --run_dir DIR --add_ps N [--ps_flags F]" >&2
   exit 2
 }
@@ -224,7 +230,11 @@ if ! is_count "$MAX_RESTARTS"; then
 fi
 MASTER_BIN="$(tessera_bin tessera_master)" || exit 1
 PS_BIN="$(tessera_bin tessera_ps)" || exit 1
-TRAINER_BIN="$(tessera_bin tessera_trainer)" || exit 1
+if [ -n "$TRAINER_CMD" ]; then
+  TRAINER_BIN="$TRAINER_CMD"
+else
+  TRAINER_BIN="$(tessera_bin tessera_trainer)" || exit 1
+fi
 mkdir -p "$RUN_DIR"
 RUN_DIR="$(cd "$RUN_DIR" && pwd)"
 rm -f "$RUN_DIR"/master.endpoint "$RUN_DIR"/master.pid "$RUN_DIR"/added_ps.pids "$RUN_DIR"/*.log \

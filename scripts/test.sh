@@ -23,28 +23,26 @@ for arg in "$@"; do
 done
 
 "$ROOT/scripts/install_deps.sh"
-if [ "$(id -u)" = 0 ]; then
-  # Only for tests/cluster/slurm_test.sh: a SLURM cluster on test hosts.
-  missing=()
-  for p in slurm-wlm munge; do
+# Debian packages that only some tests need, installed as root (a test whose
+# package could not be installed says it is skipped).
+#   install_for_tests "WHY" PACKAGE...
+install_for_tests() {
+  local why="$1"
+  shift
+  [ "$(id -u)" = 0 ] || return 0
+  local missing=() p
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "== installing ${missing[*]} (for the SLURM test)"
-    install_slurm() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
-    install_slurm || { apt-get update -qq && install_slurm; } ||
-      echo "could not install ${missing[*]}: the SLURM test will be skipped" >&2
-  fi
-fi
-
-# scripts/plot_run.py's test needs Debian's matplotlib (skipped without).
-if ! dpkg-query -W -f='${Status}' python3-matplotlib 2>/dev/null | grep -q "install ok installed" &&
-  [ "$(id -u)" = 0 ]; then
-  echo "== installing python3-matplotlib (for scripts/plot_run.py's test)"
-  install_mpl() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-matplotlib >/dev/null; }
-  install_mpl || { apt-get update -qq && install_mpl; } ||
-    echo "could not install python3-matplotlib: the plot test will be skipped" >&2
-fi
+  [ ${#missing[@]} -gt 0 ] || return 0
+  echo "== installing ${missing[*]} ($why)"
+  install_them() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
+  install_them || { apt-get update -qq && install_them; } ||
+    echo "could not install ${missing[*]}: the tests that need them will be skipped" >&2
+}
+install_for_tests "for the SLURM test, tests/cluster/slurm_test.sh" slurm-wlm munge
+install_for_tests "for scripts/plot_run.py's test and the Python package's (python/tests)" \
+  python3-matplotlib python3-torch python3-pytest python3-numpy python3-pip python3-setuptools
 
 echo "== build (release)"
 # Configured as scripts/build.sh configures it (the flags live in
@@ -54,9 +52,11 @@ cmake -S "$ROOT" -B "$ROOT/build" -DTESSERA_WERROR=ON >/dev/null
 # built by their own scripts), which keeps CI's two cores on what it checks.
 # Tests labelled `script` are shell scripts, not build targets.
 TEST_TARGETS=$(cd "$ROOT/build" && ctest -N -LE script | awk '/Test +#/ {print $3}')
+PYTHON_TARGET=""
+[ -f "$ROOT/build/python/Makefile" ] && PYTHON_TARGET=tessera_python  # configured where pybind11 is found
 # shellcheck disable=SC2086
 cmake --build "$ROOT/build" -j"$JOBS" --target $TEST_TARGETS tessera_master tessera_ps tessera_trainer \
-  tessera_compare_dumps
+  tessera_compare_dumps $PYTHON_TARGET
 # A second build of an unchanged tree, as the README's and the benchmarks'
 # scripts/build.sh does it, must find nothing to do.
 if "$ROOT/scripts/build.sh" --target tessera_master --target tessera_ps --target tessera_trainer |
@@ -69,7 +69,8 @@ echo "== tests (release)"
 
 if [ "$ASAN" = 1 ]; then
   echo "== build (AddressSanitizer + UndefinedBehaviorSanitizer, unit tests)"
-  cmake -S "$ROOT" -B "$ROOT/build-asan" -DTESSERA_SANITIZE=ON -DTESSERA_WITH_CUDA=OFF -DTESSERA_WERROR=ON >/dev/null
+  cmake -S "$ROOT" -B "$ROOT/build-asan" -DTESSERA_SANITIZE=ON -DTESSERA_WITH_CUDA=OFF -DTESSERA_PYTHON=OFF \
+    -DTESSERA_WERROR=ON >/dev/null
   UNIT_TARGETS=$(cd "$ROOT/build-asan" && ctest -N -L unit | awk '/Test +#/ {print $3}')
   # shellcheck disable=SC2086
   cmake --build "$ROOT/build-asan" -j"$JOBS" --target $UNIT_TARGETS

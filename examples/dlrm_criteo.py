@@ -1,0 +1,195 @@
+#!/usr/bin/python3
+"""The DLRM-style model of configs/criteo_dlrm.json, written in PyTorch,
+with its embedding tables on Tessera's parameter servers.
+
+One process per trainer, against a running master and servers (the job's
+config is the master's: tables, data, batch, steps):
+
+    scripts/launch_local.sh --ps 2 --trainers 0 --config configs/criteo_dlrm.json --run_dir run/py -- --num_trainers 2 &
+    examples/dlrm_criteo.py --master $(cat run/py/master.endpoint) --keys run/py/keys --rank 0 --world 2 &
+    examples/dlrm_criteo.py --master $(cat run/py/master.endpoint) --keys run/py/keys --rank 1 --world 2
+
+(examples/run_dlrm_criteo.sh does all of that.) It reads the job's data as
+the C++ trainers do (tessera.Data: the same Criteo preprocessing, the same
+split of each step among trainers), starts from the C++ trainer's initial
+weights, sums the dense gradients over trainers with DDP (Gloo), and trainer
+0 evaluates on the dev split at the end (log loss and AUC, in the master's
+summary as a C++ job's are).
+"""
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import tessera
+import tessera.torch as tt
+
+
+class DenseDLRM(torch.nn.Module):
+    """trainer/dlrm_model.h in PyTorch: bottom MLP (ReLU after every layer)
+    on the dense features, concatenated with each feature's pooled
+    embedding, top MLP (ReLU between layers) to one logit."""
+
+    def __init__(self, model_config, feature_dims):
+        super().__init__()
+        sizes = [model_config["num_dense_features"]] + list(model_config["bottom_mlp"])
+        self.bottom = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+        sizes = [sizes[-1] + sum(feature_dims)] + list(model_config["top_mlp"])
+        self.top = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+
+    def load_tessera_params(self, params):
+        """Takes tessera.dlrm_initial_params' arrays (bottom.i / top.i)."""
+        with torch.no_grad():
+            for prefix, layers in (("bottom", self.bottom), ("top", self.top)):
+                for i, layer in enumerate(layers):
+                    layer.weight.copy_(torch.from_numpy(params[f"{prefix}.{i}.weight"]))
+                    layer.bias.copy_(torch.from_numpy(params[f"{prefix}.{i}.bias"]))
+
+    def tessera_params(self):
+        """The parameters as the C++ trainer names them (dumps, checkpoints)."""
+        out = {}
+        for prefix, layers in (("bottom", self.bottom), ("top", self.top)):
+            for i, layer in enumerate(layers):
+                out[f"{prefix}.{i}.weight"] = layer.weight.detach().numpy().copy()
+                out[f"{prefix}.{i}.bias"] = layer.bias.detach().numpy().copy()
+        return out
+
+    def forward(self, dense, pooled):
+        x = dense
+        for layer in self.bottom:
+            x = torch.relu(layer(x))
+        x = torch.cat([x, pooled], dim=1)
+        for i, layer in enumerate(self.top):
+            x = layer(x)
+            if i + 1 < len(self.top):
+                x = torch.relu(x)
+        return x.squeeze(1)
+
+
+def allreduce_sum(process_group, bucket):
+    """DDP's gradients summed, not averaged: each trainer's loss is already
+    divided by the whole global batch, as the C++ trainers do."""
+    group = process_group if process_group is not None else dist.group.WORLD
+    return dist.all_reduce(bucket.buffer(), group=group, async_op=True).get_future().then(lambda f: f.value()[0])
+
+
+def roc_auc(scores, labels):
+    """Mann-Whitney U with ties at their mean rank (trainer/eval_metrics.cc)."""
+    order = np.argsort(scores, kind="stable")
+    s = scores[order]
+    ranks = np.empty(len(s))
+    i = 0
+    while i < len(s):
+        j = i
+        while j < len(s) and s[j] == s[i]:
+            j += 1
+        ranks[i:j] = (i + 1 + j) / 2.0
+        i = j
+    pos = labels[order] > 0.5
+    p, n = pos.sum(), len(s) - pos.sum()
+    if p == 0 or n == 0:
+        return 0.5
+    return float((ranks[pos].sum() - p * (p + 1) / 2.0) / (p * n))
+
+
+def kjt_of(batch):
+    w = batch["weights"]
+    return tt.KeyedJaggedTensor(batch["keys"], torch.from_numpy(batch["values"]), torch.from_numpy(batch["lengths"]),
+                                None if w is None else torch.from_numpy(w))
+
+
+def evaluate(ebc, model, data):
+    ebc.eval()
+    model.eval()
+    logits, labels = [], []
+    with torch.no_grad():
+        for begin in range(0, data.num_examples, 4096):
+            b = data.read(begin, min(4096, data.num_examples - begin))
+            logits.append(model(torch.from_numpy(b["dense"]), ebc(kjt_of(b)).values()).numpy())
+            labels.append(b["labels"])
+    logits, labels = np.concatenate(logits), np.concatenate(labels)
+    log_loss = float(F.binary_cross_entropy_with_logits(torch.from_numpy(logits), torch.from_numpy(labels)))
+    return {"examples": int(len(labels)), "log_loss": log_loss, "auc": roc_auc(logits, labels)}
+
+
+def train(session, rank, world, dist_init=None, metrics_file=None, log=print):
+    job = session.job
+    training = job["training"]
+    ebc = tt.EmbeddingBagCollection(session)
+    model = DenseDLRM(job["model"], session.dims)
+    model.load_tessera_params(tessera.dlrm_initial_params(job, session.dims))
+    opt_config = training.get("dense_optimizer", {"type": "sgd", "lr": 0.1})
+    if opt_config["type"] != "sgd":
+        raise ValueError(f"this example trains with the dense optimizer 'sgd', not {opt_config['type']!r}")
+    dense = model
+    if world > 1:
+        dist.init_process_group("gloo", init_method=dist_init, rank=rank, world_size=world)
+        dense = torch.nn.parallel.DistributedDataParallel(model)
+        dense.register_comm_hook(None, allreduce_sum)
+    opt = torch.optim.SGD(model.parameters(), lr=opt_config["lr"])
+
+    data = tessera.Data(job, "train")
+    batch = training["batch_size"]
+    total = training.get("steps", 0) or training["epochs"] * tessera.steps_per_epoch(world, batch, data.num_examples)
+    metrics = open(metrics_file, "w") if metrics_file else None
+    start = time.time()
+    for step in range(session.start_step, total):
+        t0 = time.time()
+        share = tessera.share_of_step(step, rank, world, batch, data.num_examples)
+        b = data.read(share["begin"], share["count"])
+        pooled = ebc(kjt_of(b)).values()
+        logits = dense(torch.from_numpy(b["dense"]), pooled)
+        loss_sum = F.binary_cross_entropy_with_logits(logits, torch.from_numpy(b["labels"]), reduction="sum")
+        opt.zero_grad()
+        (loss_sum / share["global_count"]).backward()  # the embeddings' gradients go to the servers here
+        opt.step()
+        n = int(share["count"])
+        session.record_loss(float(loss_sum), n)
+        if metrics:
+            step_s = time.time() - t0
+            metrics.write(json.dumps({"step": step, "epoch": share["epoch"], "loss": float(loss_sum) / max(n, 1),
+                                      "examples": n, "examples_per_s": n / step_s if step_s > 0 else 0.0,
+                                      "step_ms": step_s * 1e3}) + "\n")
+        if (step + 1) % training.get("log_every", 100) == 0 or step + 1 == total:
+            log(f"trainer {rank} step {step + 1}/{total} loss {float(loss_sum) / max(n, 1):.5f}")
+    seconds = time.time() - start
+    if metrics:
+        metrics.close()
+    result = {"steps": total - session.start_step, "seconds": seconds}
+    if rank == 0 and job["data"].get("eval_path"):
+        result["eval"] = evaluate(ebc, model, tessera.Data(job, "eval"))
+        log(f"trainer 0: eval {json.dumps(result['eval'])}")
+    if rank == 0 and session.dump_dir:
+        # The dense model beside the servers' shards (tessera_master --dump_dir), named as the C++ trainer names it.
+        os.makedirs(session.dump_dir, exist_ok=True)
+        tessera.write_params(os.path.join(session.dump_dir, "dense.params"), model.tessera_params())
+    if world > 1:
+        dist.destroy_process_group()
+    return result, model
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--master", required=True)
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--world", type=int, default=1)
+    p.add_argument("--keys", help="the job's key folder")
+    p.add_argument("--insecure", action="store_true")
+    p.add_argument("--dist_init", default="tcp://127.0.0.1:29500", help="torch.distributed's rendezvous (world > 1)")
+    p.add_argument("--metrics_file", help="per-step metrics as JSON lines")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    with tessera.init(master=args.master, rank=args.rank, world=args.world, keys=args.keys,
+                      insecure=args.insecure) as session:
+        result, _ = train(session, args.rank, args.world, args.dist_init, args.metrics_file)
+        session.finish(eval=result.get("eval"))
+
+
+if __name__ == "__main__":
+    main()

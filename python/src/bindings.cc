@@ -1,0 +1,232 @@
+// tessera._tessera: the Python face of TrainerSession. Arrays cross as numpy
+// arrays: lookups' outputs are handed over without a copy (each array owns
+// the vector the client filled); ids, lengths and gradients are read from
+// the caller's arrays (copied once into the request, as the C++ trainer's
+// batches are). Every blocking call releases the GIL, so a process may run
+// several sessions (one per thread) and Python threads go on meanwhile.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <glog/logging.h>
+#include <nlohmann/json.hpp>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "python/src/bindings_common.h"
+#include "python/src/trainer_session.h"
+
+namespace py = pybind11;
+
+namespace tessera {
+namespace {
+
+// A 1-D numpy array of exactly dtype T, C-contiguous; `what` names it in the
+// error otherwise. No conversion: a wrong dtype is the caller's mistake, not
+// something to guess around.
+template <typename T>
+py::array_t<T> Expect1d(const py::handle& obj, const std::string& what) {
+  if (!py::isinstance<py::array>(obj)) {
+    throw py::type_error(what + ": expected a numpy array, got " + std::string(py::str(obj.get_type())));
+  }
+  auto arr = py::reinterpret_borrow<py::array>(obj);
+  if (!arr.dtype().is(py::dtype::of<T>())) {
+    throw py::type_error(what + ": expected dtype " + std::string(py::str(py::dtype::of<T>())) + ", got " +
+                         std::string(py::str(arr.dtype())));
+  }
+  if (arr.ndim() != 1) {
+    throw py::value_error(what + ": expected a 1-D array, got " + std::to_string(arr.ndim()) + " dimensions");
+  }
+  return py::array_t<T, py::array::c_style | py::array::forcecast>(arr);
+}
+
+KeyedJaggedTensor MakeKjt(const std::vector<std::string>& keys, int64_t batch_size, const py::handle& lengths,
+                          const py::handle& values, const py::handle& weights) {
+  KeyedJaggedTensor kjt;
+  kjt.keys = keys;
+  kjt.batch_size = batch_size;
+  auto l = Expect1d<int32_t>(lengths, "lengths");
+  auto v = Expect1d<int64_t>(values, "values");
+  kjt.lengths.assign(l.data(), l.data() + l.size());
+  kjt.values.assign(v.data(), v.data() + v.size());
+  if (!weights.is_none()) {
+    auto w = Expect1d<float>(weights, "weights");
+    kjt.weights.assign(w.data(), w.data() + w.size());
+  }
+  if (batch_size < 0) throw py::value_error("batch_size must be >= 0");
+  Check(kjt.Validate());
+  return kjt;
+}
+
+// Hands `v` to numpy without a copy: the array's base owns it.
+py::array_t<float> Adopt(std::vector<float>&& v, int64_t rows, int64_t cols) {
+  auto* owned = new std::vector<float>(std::move(v));
+  py::capsule base(owned, [](void* p) { delete static_cast<std::vector<float>*>(p); });
+  return py::array_t<float>({rows, cols}, {cols * static_cast<int64_t>(sizeof(float)), int64_t{sizeof(float)}},
+                            owned->data(), base);
+}
+
+class PySession {
+ public:
+  PySession(const std::string& master, int rank, int world, const std::string& keys, bool insecure,
+            int64_t register_timeout_ms, py::object save_state) {
+    TrainerSessionOptions o;
+    o.master = master;
+    o.rank = rank;
+    o.world = world;
+    o.keys_dir = keys;
+    o.insecure = insecure;
+    o.register_timeout_ms = register_timeout_ms;
+    if (!save_state.is_none()) {
+      save_state_ = std::make_shared<py::object>(std::move(save_state));
+      std::weak_ptr<py::object> hook = save_state_;
+      o.save_state = [hook]() -> StatusOr<std::string> {
+        py::gil_scoped_acquire gil;
+        auto fn = hook.lock();
+        if (!fn) return Status::FailedPrecondition("the session is closed");
+        try {
+          py::object bytes = (*fn)();
+          return std::string(py::bytes(bytes));
+        } catch (const py::error_already_set& e) {
+          return Status::Internal(std::string("save_state raised: ") + e.what());
+        }
+      };
+    }
+    StatusOr<std::unique_ptr<TrainerSession>> opened = Status::Internal("not opened");
+    {
+      py::gil_scoped_release nogil;
+      opened = TrainerSession::Open(o);
+    }
+    session_ = Check(std::move(opened));
+  }
+
+  ~PySession() {
+    // Joins the heartbeat and may wait on the master: not under the GIL.
+    py::gil_scoped_release nogil;
+    session_.reset();
+  }
+
+  py::dict Job() const {
+    py::module_ json = py::module_::import("json");
+    return json.attr("loads")(session_->job().ToJson().dump());
+  }
+
+  py::list Lookup(const std::vector<std::string>& keys, int64_t batch_size, const py::handle& lengths,
+                  const py::handle& values, const py::handle& weights, bool inference) {
+    KeyedJaggedTensor kjt = MakeKjt(keys, batch_size, lengths, values, weights);
+    FeatureOutputs out;
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = session_->Lookup(kjt, inference, &out);
+    }
+    Check(st);
+    py::list result;
+    for (size_t f = 0; f < out.size(); ++f) {
+      const int64_t cols = session_->dims()[f];
+      const int64_t rows = static_cast<int64_t>(out[f].size()) / cols;
+      result.append(Adopt(std::move(out[f]), rows, cols));
+    }
+    return result;
+  }
+
+  void Push(const py::list& grads) {
+    FeatureOutputs g(grads.size());
+    for (size_t f = 0; f < g.size(); ++f) {
+      const py::handle obj = grads[f];
+      if (!py::isinstance<py::array>(obj) ||
+          !py::reinterpret_borrow<py::array>(obj).dtype().is(py::dtype::of<float>())) {
+        throw py::type_error("gradient " + std::to_string(f) + ": expected a float32 numpy array");
+      }
+      auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(obj);
+      g[f].assign(a.data(), a.data() + a.size());
+    }
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = session_->Push(std::move(g));
+    }
+    Check(st);
+  }
+
+  void Finish(const std::string& error, const py::object& eval) {
+    nlohmann::json e;
+    if (!eval.is_none()) {
+      const std::string text = py::str(py::module_::import("json").attr("dumps")(eval));
+      e = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (e.is_discarded() || !e.is_object()) throw py::value_error("eval must be a dict of JSON values");
+    }
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = session_->Finish(error, e);
+    }
+    Check(st);
+  }
+
+  TrainerSession& session() { return *session_; }
+
+ private:
+  std::shared_ptr<py::object> save_state_;
+  std::unique_ptr<TrainerSession> session_;
+};
+
+}  // namespace
+}  // namespace tessera
+
+PYBIND11_MODULE(_tessera, m) {
+  using tessera::PySession;
+  m.doc() = "Tessera's trainer client: joins a job and looks embeddings up on its parameter servers";
+  static bool logging = false;
+  if (!logging) {
+    google::InitGoogleLogging("tessera-python");
+    logging = true;
+  }
+  tessera::g_tessera_error = py::exception<std::runtime_error>(m, "TesseraError", PyExc_RuntimeError).inc_ref().ptr();
+  tessera::BindData(m);
+
+  py::class_<PySession>(m, "Session")
+      .def(py::init<const std::string&, int, int, const std::string&, bool, int64_t, py::object>(),
+           py::arg("master"), py::arg("rank"), py::arg("world"), py::arg("keys") = "", py::arg("insecure") = false,
+           py::arg("register_timeout_ms") = 120000, py::arg("save_state") = py::none(),
+           "Registers with the master as trainer `rank` of `world` and waits for the job to start.")
+      .def_property_readonly("features", [](PySession& s) { return s.session().features(); })
+      .def_property_readonly("dims", [](PySession& s) { return s.session().dims(); })
+      .def_property_readonly("pooled", [](PySession& s) { return s.session().pooled(); })
+      .def_property_readonly("step", [](PySession& s) { return s.session().step(); })
+      .def_property_readonly("start_step", [](PySession& s) { return s.session().start_step(); })
+      .def_property_readonly("generation", [](PySession& s) { return s.session().generation(); })
+      .def_property_readonly(
+          "boundary_requested", [](PySession& s) { return s.session().boundary_requested(); },
+          "Whether the master asked for a step boundary (a checkpoint on demand, a change of the servers), "
+          "at which the next training lookup stops")
+      .def_property_readonly("start_state", [](PySession& s) { return py::bytes(s.session().start_state()); })
+      .def_property_readonly("job", &PySession::Job)
+      .def_property_readonly(
+          "dump_dir", [](PySession& s) { return s.session().dump_dir(); },
+          "Where trainer 0 writes its dense model at the end (tessera.write_params), when the master was started "
+          "with --dump_dir; else ''")
+      .def("lookup", &PySession::Lookup, py::arg("keys"), py::arg("batch_size"), py::arg("lengths"),
+           py::arg("values"), py::arg("weights") = py::none(), py::arg("inference") = false,
+           "Looks every feature up: a list, per feature in model order, of float32 arrays [rows x dim].")
+      .def("push", &PySession::Push, py::arg("grads"),
+           "Sends the output gradients of the last training lookup (float32, the lookup's shapes).")
+      .def(
+          "record_loss",
+          [](PySession& s, double loss_sum, int64_t examples) { s.session().RecordLoss(loss_sum, examples); },
+          py::arg("loss_sum"), py::arg("examples"))
+      .def("finish", &PySession::Finish, py::arg("error") = "", py::arg("eval") = py::none(),
+           "Waits for the last push and reports this trainer done to the master (with the evaluation's figures, "
+           "e.g. {'auc': ..., 'log_loss': ...}, for its summary).")
+      .def_property_readonly("finished", [](PySession& s) { return s.session().finished(); })
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PySession& s, py::object type, py::object value, py::object) {
+        if (s.session().finished()) return false;
+        // Never "": an exception with no message still fails the trainer.
+        s.Finish(type.is_none() ? "" : "the Python trainer raised " + std::string(py::str(type.attr("__name__"))) +
+                                          ": " + std::string(py::str(value)),
+                 py::none());
+        return false;
+      });
+}

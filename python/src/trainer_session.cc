@@ -1,0 +1,233 @@
+#include "python/src/trainer_session.h"
+
+#include <algorithm>
+
+#include <glog/logging.h>
+
+#include "trainer/data_parallel_tables.h"
+
+namespace tessera {
+
+using Clock = std::chrono::steady_clock;
+
+StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Open(const TrainerSessionOptions& options) {
+  if (options.keys_dir.empty() && !options.insecure) {
+    return Status::InvalidArgument(
+        "the job's keys are required (keys=DIR, from scripts/make_job_keys.sh), or insecure=True for plain TCP");
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<const JobKeys> keys,
+                           KeysFromFlags(options.keys_dir, options.insecure, Role::kTrainer));
+  std::unique_ptr<TrainerSession> s(new TrainerSession());
+  s->options_ = options;
+  TrainerMemberOptions mo;
+  mo.keys = std::move(keys);
+  mo.master = options.master;
+  mo.rank = options.rank;
+  mo.world = options.world;
+  mo.register_timeout_ms = options.register_timeout_ms;
+  TESSERA_ASSIGN_OR_RETURN(s->member_, TrainerMember::Connect(mo));
+  TESSERA_RETURN_IF_ERROR(s->member_->Join());
+  TESSERA_ASSIGN_OR_RETURN(TrainerMember::GenerationStart start, s->member_->NextGeneration(0));
+  s->start_step_ = s->step_ = start.info.start_step;
+  s->start_state_ = start.state_bytes;
+  Status st = s->Enter(start);
+  if (!st.ok()) return s->member_->ReportDone(nlohmann::json::object(), st);
+  s->window_start_ = s->run_start_ = s->timed_start_ = Clock::now();
+  // As TrainingLoop: a tenth of the steps, at most 20 (20 when the job
+  // counts epochs, which this side cannot turn into steps).
+  const int64_t steps = s->job_.training.steps;
+  s->warmup_steps_ = steps > 0 ? std::min<int64_t>((steps - s->start_step_) / 10, 20) : 20;
+  return s;
+}
+
+Status TrainerSession::Enter(const TrainerMember::GenerationStart& start) {
+  TESSERA_ASSIGN_OR_RETURN(JobConfig job, ParseJobConfigJson(start.info.job, ""));
+  TESSERA_ASSIGN_OR_RETURN(EmbeddingRoute route, member_->EnterGeneration(start.info));
+  TESSERA_ASSIGN_OR_RETURN(DataParallelTables local, DataParallelTables::Create(job, route.plan));
+  if (!local.empty()) {
+    return Status::Unimplemented(
+        "the job has data_parallel tables, which Python trainers do not hold yet; shard them on the servers");
+  }
+  job_ = std::move(job);
+  generation_ = start.info.generation;
+  dump_dir_ = start.info.dump_dir;
+  embeddings_ = std::make_unique<EmbeddingClient>(member_->ClientOptions(job_, &generation_), job_, route.plan,
+                                                  member_->client(), route.ps_peers);
+  dims_.clear();
+  pooled_.clear();
+  for (const TableConfig& t : job_.tables) {
+    dims_.insert(dims_.end(), t.feature_names.size(), t.embedding_dim);
+    pooled_.insert(pooled_.end(), t.feature_names.size(), t.pooling != PoolingType::kNone);
+  }
+  return Status::OK();
+}
+
+Status TrainerSession::FollowServerChange(const Status& why) {
+  if (!member_->AwaitNewGeneration(generation_)) return why;
+  TESSERA_ASSIGN_OR_RETURN(TrainerMember::GenerationStart start, member_->NextGeneration(generation_));
+  if (start.info.start_step != step_) {
+    return Status::Aborted("the job rolled back to step " + std::to_string(start.info.start_step) + " (at step " +
+                           std::to_string(step_) + "), which Python trainers do not follow yet: this trainer ends");
+  }
+  TESSERA_RETURN_IF_ERROR(Enter(start));
+  LOG(INFO) << "trainer " << member_->rank() << ": the servers changed at step " << step_ << "; generation "
+            << generation_ << " goes on";
+  return Status::OK();
+}
+
+TrainerSession::~TrainerSession() {
+  if (!finished_ && member_ != nullptr && embeddings_ != nullptr) {
+    Status st = Finish("the Python trainer ended without finishing (the session was closed mid-job)");
+    if (!st.ok()) LOG(WARNING) << st;
+  }
+}
+
+Status TrainerSession::Keep(Status st) {
+  switch (st.code()) {
+    case StatusCode::kOk:
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kNotFound:
+    case StatusCode::kFailedPrecondition:
+      return st;  // refused before it changed anything
+    default:
+      if (member_->stop_training()->load() && st.code() == StatusCode::kCancelled) {
+        st = Status(st.code(), st.message() + "; the job rolls back, which Python trainers do not follow yet: this "
+                                              "trainer ends");
+      }
+      if (broken_.ok()) broken_ = st;
+      return st;
+  }
+}
+
+Status TrainerSession::CompleteStep() {
+  if (!push_pending_) return Status::OK();
+  push_pending_ = false;
+  TESSERA_RETURN_IF_ERROR(embeddings_->WaitPush());
+  ++steps_;
+  ++*member_->steps_done();
+  const bool log = steps_ % job_.training.log_every == 0;
+  if (log && window_examples_ > 0) {
+    const auto now = Clock::now();
+    const double seconds = std::chrono::duration<double>(now - window_start_).count();
+    TrainerProgress p;
+    p.step = step_;
+    p.loss = window_loss_ / static_cast<double>(window_examples_);
+    p.examples = static_cast<double>(window_examples_);
+    p.examples_per_s = seconds > 0 ? static_cast<double>(window_examples_) / seconds : 0.0;
+    p.generation = generation_;
+    p.total_steps = job_.training.steps;
+    final_loss_ = p.loss;
+    member_->SendProgress(p);
+    window_loss_ = 0;
+    window_examples_ = 0;
+    window_start_ = now;
+  }
+  return Status::OK();
+}
+
+Status TrainerSession::MaybeCheckpoint() {
+  const int64_t every = job_.checkpoint.dir.empty() ? 0 : job_.checkpoint.every_steps;
+  const bool periodic = every > 0 && step_ > start_step_ && step_ % every == 0;
+  // On demand (and a change of the servers, which waits for a boundary the
+  // same way): a lone trainer stops at once; several would have to agree on
+  // the step first, which the C++ trainers do in their allreduce.
+  const bool requested = member_->world() == 1 && member_->checkpoint_requested()->load();
+  if (!periodic && !requested) return Status::OK();
+  auto state = [this]() -> StatusOr<std::string> {
+    if (!options_.save_state) return std::string();
+    return options_.save_state();
+  };
+  EmbeddingClient* reroute = job_.cluster.replicas >= 2 ? embeddings_.get() : nullptr;
+  Status st = member_->Barrier(step_, &generation_, state, reroute, nullptr, job_.runtime.rpc_timeout_ms * 10);
+  // The servers change at this boundary: the next generation starts here.
+  if (st.code() == StatusCode::kCancelled) return FollowServerChange(st);
+  return st;
+}
+
+Status TrainerSession::Lookup(const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* out) {
+  if (finished_) return Status::FailedPrecondition("the session is finished");
+  if (!broken_.ok()) return broken_;
+  if (member_->stop_training()->load()) {
+    Status why = member_->fatal();
+    if (why.ok()) {
+      why = Status::Aborted("the job moved to a new generation (a lost member); it rolls back, which Python "
+                            "trainers do not follow yet: this trainer ends");
+    }
+    return Keep(why);
+  }
+  if (!inference && push_owed_) {
+    return Status::FailedPrecondition("step " + std::to_string(step_ - 1) +
+                                      "'s gradients were never sent back: call backward() on a loss of its output "
+                                      "before the next training lookup");
+  }
+  TESSERA_RETURN_IF_ERROR(Keep(CompleteStep()));
+  if (inference) return Keep(embeddings_->Lookup(static_cast<uint64_t>(step_), kjt, true, out));
+  TESSERA_RETURN_IF_ERROR(Keep(MaybeCheckpoint()));
+  TESSERA_RETURN_IF_ERROR(Keep(embeddings_->Lookup(static_cast<uint64_t>(step_), kjt, false, out)));
+  out_rows_.resize(out->size());
+  for (size_t f = 0; f < out->size(); ++f) out_rows_[f] = static_cast<int64_t>((*out)[f].size()) / dims_[f];
+  if (step_ == start_step_ + warmup_steps_) {
+    timed_start_ = Clock::now();
+    timed_examples_ = 0;
+  }
+  examples_ += kjt.batch_size;
+  timed_examples_ += kjt.batch_size;
+  ++step_;
+  push_owed_ = true;
+  return Status::OK();
+}
+
+Status TrainerSession::Push(FeatureOutputs grads) {
+  if (!broken_.ok()) return broken_;
+  if (!push_owed_) {
+    return Status::FailedPrecondition("no training lookup waits for its gradients (each step's are sent once)");
+  }
+  if (grads.size() != dims_.size()) {
+    return Status::InvalidArgument("gradients for " + std::to_string(grads.size()) + " features; the job has " +
+                                   std::to_string(dims_.size()));
+  }
+  for (size_t f = 0; f < grads.size(); ++f) {
+    const size_t want = static_cast<size_t>(out_rows_[f]) * dims_[f];
+    if (grads[f].size() != want) {
+      return Status::InvalidArgument("the gradient of feature '" + features()[f] + "' has " +
+                                     std::to_string(grads[f].size()) + " values; its output had " +
+                                     std::to_string(want) + " (" + std::to_string(out_rows_[f]) + " x " +
+                                     std::to_string(dims_[f]) + ")");
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(Keep(embeddings_->StartPush(grads)));
+  push_owed_ = false;
+  push_pending_ = true;
+  return Status::OK();
+}
+
+void TrainerSession::RecordLoss(double loss_sum, int64_t examples) {
+  window_loss_ += loss_sum;
+  window_examples_ += examples;
+}
+
+Status TrainerSession::Finish(const std::string& error, const nlohmann::json& eval) {
+  if (finished_) return Status::FailedPrecondition("the session is already finished");
+  finished_ = true;
+  Status st = error.empty() ? Status::OK() : Status::Aborted(error);
+  if (st.ok()) st = broken_;
+  if (st.ok() && push_owed_) {
+    st = Status::FailedPrecondition("step " + std::to_string(step_ - 1) + "'s gradients were never sent back");
+  }
+  if (st.ok()) st = CompleteStep();
+  // The last window, however short, as the C++ trainer's final loss.
+  if (window_examples_ > 0) final_loss_ = window_loss_ / static_cast<double>(window_examples_);
+  const auto end = Clock::now();
+  const double wall_s = std::chrono::duration<double>(end - run_start_).count();
+  const double timed_s = std::chrono::duration<double>(end - timed_start_).count();
+  nlohmann::json report = {{"steps", steps_},
+                           {"examples", examples_},
+                           {"final_loss", final_loss_},
+                           {"examples_per_s", timed_s > 0 ? static_cast<double>(timed_examples_) / timed_s : 0.0},
+                           {"wall_s", wall_s}};
+  if (!eval.is_null()) report["eval"] = eval;
+  return member_->ReportDone(std::move(report), st);
+}
+
+}  // namespace tessera

@@ -1,0 +1,133 @@
+// TrainerSession: a trainer whose model is not Tessera's but its user's (the
+// Python package, python/tessera): it joins the job as trainer `rank` of
+// `world` (TrainerMember), looks the job's features up on the servers and
+// sends their output gradients back, step by step, as the user's loop asks.
+//
+// Steps are counted here, from the generation's start step: every training
+// lookup is the next step, and its gradients must be pushed before the next
+// training lookup (in sync mode the servers' step barrier waits for them).
+// Evaluation lookups (inference) read at the current step and open nothing.
+//
+// Not thread-safe: one step at a time, from one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/job_config.h"
+#include "common/keyed_jagged_tensor.h"
+#include "common/status.h"
+#include "trainer/embedding_client.h"
+#include "trainer/trainer_member.h"
+
+namespace tessera {
+
+struct TrainerSessionOptions {
+  std::string master;  // "tcp://host:port"
+  int rank = 0;
+  int world = 1;
+  // The job's key folder (scripts/make_job_keys.sh), or insecure for plain TCP.
+  std::string keys_dir;
+  bool insecure = false;
+  int64_t register_timeout_ms = 120000;
+  // Rank 0's state for a checkpoint (the user's dense model and optimizer,
+  // as bytes). Null: checkpoints keep no trainer state.
+  std::function<StatusOr<std::string>()> save_state;
+};
+
+class TrainerSession {
+ public:
+  // Registers and waits until the job starts (every member registered and
+  // the shards exist).
+  static StatusOr<std::unique_ptr<TrainerSession>> Open(const TrainerSessionOptions& options);
+  ~TrainerSession();
+
+  const JobConfig& job() const { return job_; }
+  // The job's features in model order, and each one's embedding dim and
+  // whether it is pooled (one row per bag) or not (one row per id).
+  const std::vector<std::string>& features() const { return embeddings_->features(); }
+  const std::vector<int>& dims() const { return dims_; }
+  const std::vector<bool>& pooled() const { return pooled_; }
+  // The step the next training lookup is (a resumed job's start at its
+  // checkpoint's step), and the trainers' state saved with that checkpoint
+  // ("" for a fresh job).
+  int64_t step() const { return step_; }
+  int64_t start_step() const { return start_step_; }
+  const std::string& start_state() const { return start_state_; }
+  int64_t generation() const { return generation_; }
+  // Where the master asked the servers to dump their shards at the end, and
+  // trainer 0 its dense model (tessera_master --dump_dir), or "".
+  const std::string& dump_dir() const { return dump_dir_; }
+  bool boundary_requested() const { return member_->checkpoint_requested()->load(); }
+
+  // Looks every feature of `kjt` up. Training (inference false): the next
+  // step; its output gradients go back with Push. Inference: rows as they
+  // are after every step so far, nothing created or opened.
+  Status Lookup(const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* out);
+  // Sends d(loss)/d(output) of every feature of the last training lookup
+  // (shapes as Lookup gave them); the next Lookup or Finish waits for the
+  // servers to take it.
+  Status Push(FeatureOutputs grads);
+  // Adds a step's summed loss over `examples` to the progress the master
+  // shows (optional).
+  void RecordLoss(double loss_sum, int64_t examples);
+
+  // Ends this trainer's part of the job: waits for the last push and
+  // reports to the master (with `error` when not empty, and `eval`, the
+  // evaluation's figures, when not null: the master's summary shows them).
+  Status Finish(const std::string& error, const nlohmann::json& eval = nullptr);
+  bool finished() const { return finished_; }
+
+ private:
+  TrainerSession() = default;
+  // Keeps `st` when it broke the session (the job or a server failed, not
+  // the caller's input): every later call returns it, Finish reports it.
+  Status Keep(Status st);
+  // Takes the generation `start` begins: its job, plan and servers.
+  Status Enter(const TrainerMember::GenerationStart& start);
+  // After a barrier at which the servers changed (`why`): joins the next
+  // generation, which must start at this step (no rollback).
+  Status FollowServerChange(const Status& why);
+  // Waits for the push of the last training step, which finishes it.
+  Status CompleteStep();
+  // At a checkpoint boundary (checkpoint.every_steps, or asked for while
+  // this is the job's only trainer): waits at the master's barrier, and
+  // follows a change of the servers made there.
+  Status MaybeCheckpoint();
+
+  TrainerSessionOptions options_;
+  std::unique_ptr<TrainerMember> member_;
+  JobConfig job_;
+  std::unique_ptr<EmbeddingClient> embeddings_;
+  std::vector<int> dims_;
+  std::vector<bool> pooled_;
+  std::vector<int64_t> out_rows_;  // per feature, of the last training lookup
+  int64_t generation_ = 0;
+  int64_t start_step_ = 0;
+  std::string start_state_;
+  std::string dump_dir_;
+  int64_t step_ = 0;
+  bool push_owed_ = false;     // a training lookup whose gradients were not pushed
+  bool push_pending_ = false;  // pushed, not yet waited for
+  bool finished_ = false;
+  Status broken_;
+  // Progress for the master and the final report.
+  int64_t steps_ = 0;
+  int64_t examples_ = 0;
+  double window_loss_ = 0;
+  int64_t window_examples_ = 0;
+  double final_loss_ = 0;
+  std::chrono::steady_clock::time_point window_start_, run_start_;
+  // examples/s counts after the first steps' warm-up, as the C++ trainer's.
+  int64_t warmup_steps_ = 0;
+  int64_t timed_examples_ = 0;
+  std::chrono::steady_clock::time_point timed_start_;
+};
+
+}  // namespace tessera

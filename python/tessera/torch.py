@@ -1,0 +1,283 @@
+"""TorchRec-style modules whose tables live on Tessera's parameter servers.
+
+EmbeddingBagCollection(session) takes a KeyedJaggedTensor (this module's or
+torchrec's own) and returns a KeyedTensor of pooled embeddings, as TorchRec's
+does; EmbeddingCollection returns a JaggedTensor per unpooled feature;
+RemoteEmbeddings returns every feature of any job as a dict of tensors.
+
+Forward looks the batch up on the servers and opens the step's context
+there; backward sends only the outputs' gradients back (the gradient return
+path of distributed autograd: no ids travel again) and the servers' fused
+optimizers apply them. No embedding weights live in this process, so the
+module has no parameters: give the dense model's to the optimizer and DDP.
+
+One training forward per step, and its backward before the next one: in
+sync mode the servers' step barrier waits for every trainer's gradients.
+In eval mode, or under torch.no_grad(), lookups read the rows as they are
+and change nothing on the servers.
+"""
+
+import dataclasses
+import enum
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+from . import Session
+
+__all__ = [
+    "PoolingType",
+    "EmbeddingBagConfig",
+    "EmbeddingConfig",
+    "KeyedJaggedTensor",
+    "KeyedTensor",
+    "JaggedTensor",
+    "RemoteEmbeddings",
+    "EmbeddingBagCollection",
+    "EmbeddingCollection",
+]
+
+
+class PoolingType(enum.Enum):
+    SUM = "SUM"
+    MEAN = "MEAN"
+    NONE = "NONE"
+
+
+@dataclasses.dataclass
+class EmbeddingBagConfig:
+    """A table as TorchRec names it. Tessera's tables are the job's (its
+    config on the master); given to a module, these are checked against
+    them, so that a model and a job that disagree fail at once."""
+
+    num_embeddings: int
+    embedding_dim: int
+    name: str = ""
+    feature_names: List[str] = dataclasses.field(default_factory=list)
+    pooling: PoolingType = PoolingType.SUM
+
+
+@dataclasses.dataclass
+class EmbeddingConfig:
+    """An unpooled table (TorchRec's EmbeddingCollection)."""
+
+    num_embeddings: int
+    embedding_dim: int
+    name: str = ""
+    feature_names: List[str] = dataclasses.field(default_factory=list)
+
+
+class JaggedTensor:
+    """Rows of one feature, one per id: values [N x dim], lengths [B]."""
+
+    def __init__(self, values: torch.Tensor, lengths: torch.Tensor):
+        self._values = values
+        self._lengths = lengths
+
+    def values(self) -> torch.Tensor:
+        return self._values
+
+    def lengths(self) -> torch.Tensor:
+        return self._lengths
+
+    def offsets(self) -> torch.Tensor:
+        return torch.cat([self._lengths.new_zeros(1), torch.cumsum(self._lengths, 0)])
+
+    def to_dense(self) -> List[torch.Tensor]:
+        return list(torch.split(self._values, self._lengths.tolist()))
+
+
+class KeyedJaggedTensor:
+    """TorchRec's sparse batch: for F keys and B examples, lengths [F*B]
+    (feature-major: the B lengths of keys[0], then of keys[1], ...), values
+    the ids in the same order, weights (optional) one per id."""
+
+    def __init__(self, keys: List[str], values: torch.Tensor, lengths: torch.Tensor,
+                 weights: Optional[torch.Tensor] = None):
+        self._keys = list(keys)
+        self._values = values
+        self._lengths = lengths
+        self._weights = weights
+        if len(self._keys) == 0:
+            raise ValueError("KeyedJaggedTensor: no keys")
+        if lengths.dim() != 1 or lengths.numel() % len(self._keys) != 0:
+            raise ValueError(f"KeyedJaggedTensor: lengths has shape {tuple(lengths.shape)}; expected "
+                             f"[keys x batch] = [{len(self._keys)} x B], flat")
+
+    @staticmethod
+    def from_lengths_sync(keys, values, lengths, weights=None):
+        return KeyedJaggedTensor(keys, values, lengths, weights)
+
+    def keys(self) -> List[str]:
+        return self._keys
+
+    def values(self) -> torch.Tensor:
+        return self._values
+
+    def lengths(self) -> torch.Tensor:
+        return self._lengths
+
+    def weights_or_none(self) -> Optional[torch.Tensor]:
+        return self._weights
+
+    def stride(self) -> int:
+        return self._lengths.numel() // len(self._keys)
+
+
+class KeyedTensor:
+    """Pooled embeddings of several features side by side: values
+    [B x sum(dims)], keys in order, length_per_key their dims."""
+
+    def __init__(self, keys: List[str], length_per_key: List[int], values: torch.Tensor):
+        self._keys = list(keys)
+        self._length_per_key = list(length_per_key)
+        self._values = values
+
+    def keys(self) -> List[str]:
+        return self._keys
+
+    def values(self) -> torch.Tensor:
+        return self._values
+
+    def length_per_key(self) -> List[int]:
+        return self._length_per_key
+
+    def to_dict(self) -> Dict[str, torch.Tensor]:
+        return dict(zip(self._keys, torch.split(self._values, self._length_per_key, dim=1)))
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self.to_dict()[key]
+
+
+def _as_numpy(t, dtype, what):
+    """A CPU tensor of exactly `dtype` as a numpy array, without a copy when
+    it is already contiguous."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{what}: expected dtype {dtype}, got {t.dtype}")
+    if t.dim() != 1:
+        raise ValueError(f"{what}: expected a 1-D tensor, got shape {tuple(t.shape)}")
+    return t.detach().cpu().contiguous().numpy()
+
+
+class _Lookup(torch.autograd.Function):
+    """Forward: the servers' lookup of the step. Backward: the push of the
+    outputs' gradients under the same step, which the servers apply."""
+
+    @staticmethod
+    def forward(ctx, anchor, session, keys, batch, lengths, values, weights, shapes):
+        outs = session.lookup(keys, batch, lengths, values, weights, inference=False)
+        ctx.session = session
+        ctx.shapes = [tuple(o.shape) for o in outs]
+        return tuple(torch.from_numpy(o) for o in outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        pushed = []
+        for g, shape in zip(grads, ctx.shapes):
+            if g is None:  # an output the loss does not use
+                pushed.append(np.zeros(shape, dtype=np.float32))
+            else:
+                pushed.append(g.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy())
+        ctx.session.push(pushed)
+        return (None,) * 8
+
+
+class RemoteEmbeddings(torch.nn.Module):
+    """Every feature of the job, looked up on its servers: forward(kjt)
+    returns {feature: tensor}, [B x dim] for a pooled feature and [N x dim]
+    (one row per id, in the batch's order) for an unpooled one."""
+
+    def __init__(self, session: Session, tables=None):
+        super().__init__()
+        if not isinstance(session, Session):
+            raise TypeError("the first argument must be a tessera Session (tessera.init)")
+        self.session = session
+        self.features = list(session.features)
+        self.dims = list(session.dims)
+        self.pooled = list(session.pooled)
+        self.job_tables = session.job["tables"]
+        if tables is not None:
+            _check_tables(tables, self.job_tables)
+
+    def _lookup(self, kjt) -> Dict[str, torch.Tensor]:
+        keys = list(kjt.keys())
+        known = set(self.features)
+        unknown = [k for k in keys if k not in known]
+        if unknown:
+            raise ValueError(f"the batch has features the job does not: {unknown} (the job's: {self.features})")
+        missing = [f for f in self.features if f not in set(keys)]
+        if missing:
+            raise ValueError(f"the batch lacks features of the job: {missing}")
+        lengths = _as_numpy(kjt.lengths(), torch.int32, "lengths")
+        values = _as_numpy(kjt.values(), torch.int64, "values")
+        w = kjt.weights_or_none()
+        weights = None if w is None else _as_numpy(w, torch.float32, "weights")
+        batch = int(kjt.stride())
+        inference = not self.training or not torch.is_grad_enabled()
+        if inference:
+            outs = [torch.from_numpy(o) for o in
+                    self.session.lookup(keys, batch, lengths, values, weights, inference=True)]
+        else:
+            anchor = torch.empty(0, requires_grad=True)
+            outs = _Lookup.apply(anchor, self.session, keys, batch, lengths, values, weights, None)
+        return dict(zip(self.features, outs))
+
+    def forward(self, kjt) -> Dict[str, torch.Tensor]:
+        return self._lookup(kjt)
+
+
+class EmbeddingBagCollection(RemoteEmbeddings):
+    """TorchRec's EmbeddingBagCollection: forward(kjt) -> KeyedTensor of
+    every feature's pooled embedding, in the job's feature order."""
+
+    def __init__(self, session: Session, tables=None):
+        super().__init__(session, tables)
+        unpooled = [f for f, p in zip(self.features, self.pooled) if not p]
+        if unpooled:
+            raise ValueError(f"features {unpooled} are unpooled (pooling NONE): use EmbeddingCollection or "
+                             "RemoteEmbeddings for this job")
+
+    def forward(self, kjt) -> KeyedTensor:
+        outs = self._lookup(kjt)
+        return KeyedTensor(self.features, self.dims, torch.cat([outs[f] for f in self.features], dim=1))
+
+
+class EmbeddingCollection(RemoteEmbeddings):
+    """TorchRec's EmbeddingCollection: forward(kjt) -> {feature:
+    JaggedTensor} of the rows of every id (every feature unpooled)."""
+
+    def __init__(self, session: Session, tables=None):
+        super().__init__(session, tables)
+        pooled = [f for f, p in zip(self.features, self.pooled) if p]
+        if pooled:
+            raise ValueError(f"features {pooled} are pooled: use EmbeddingBagCollection or RemoteEmbeddings")
+
+    def forward(self, kjt) -> Dict[str, JaggedTensor]:
+        outs = self._lookup(kjt)
+        keys = list(kjt.keys())
+        lengths = kjt.lengths().view(len(keys), -1)
+        return {f: JaggedTensor(outs[f], lengths[keys.index(f)]) for f in self.features}
+
+
+def _check_tables(tables, job_tables):
+    """Each given config (ours or torchrec's) must match the job's table of
+    its name: size, dim, features and pooling."""
+    by_name = {t["name"]: t for t in job_tables}
+    for cfg in tables:
+        name = getattr(cfg, "name", "")
+        if name not in by_name:
+            raise ValueError(f"table '{name}' is not in the job (its tables: {sorted(by_name)})")
+        t = by_name[name]
+        pooling = getattr(cfg, "pooling", None)
+        pooling = "NONE" if pooling is None else str(getattr(pooling, "name", pooling)).upper()
+        want = {"num_embeddings": t["num_embeddings"], "embedding_dim": t["embedding_dim"],
+                "feature_names": list(t["feature_names"]), "pooling": t["pooling"]}
+        got = {"num_embeddings": cfg.num_embeddings, "embedding_dim": cfg.embedding_dim,
+               "feature_names": list(cfg.feature_names) or [name], "pooling": pooling}
+        diff = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
+        if diff:
+            raise ValueError(f"table '{name}' differs from the job's: " +
+                             ", ".join(f"{k} {g!r} here, {w!r} in the job" for k, (g, w) in diff.items()))

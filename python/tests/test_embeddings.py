@@ -1,0 +1,293 @@
+"""tessera.torch against torch.nn.EmbeddingBag, on a real job: 2 parameter
+servers, every sharding type crossed with every pooling, SGD on the servers.
+
+A step's outputs must equal EmbeddingBag's over the rows the servers hold,
+and the rows after the step must equal those rows minus lr times
+EmbeddingBag's weight gradient (max |diff| <= 1e-6)."""
+
+import itertools
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import tessera
+import tessera.torch as tt
+
+ROWS = 24
+LR = 0.5
+SHARDINGS = ["table_wise", "row_wise", "column_wise", "table_row_wise"]
+POOLINGS = ["SUM", "MEAN", "WEIGHTED", "NONE"]
+TABLES = [(s, p) for s, p in itertools.product(SHARDINGS, POOLINGS)]
+
+
+def table_name(sharding, pooling):
+    return f"{sharding}_{pooling.lower()}"
+
+
+def job_config(name, weighted_only=None, runtime=None, steps=8):
+    tables = []
+    for i, (sharding, pooling) in enumerate(TABLES):
+        n = table_name(sharding, pooling)
+        tables.append({"name": n, "num_embeddings": ROWS, "embedding_dim": 4 + (i % 3) * 2,
+                       "feature_names": [n + "_f"], "sharding_type": sharding,
+                       "pooling": "SUM" if pooling == "WEIGHTED" else pooling,
+                       "optimizer": {"type": "sgd", "lr": LR},
+                       "initializer": {"type": "uniform", "low": -0.1, "high": 0.1}})
+    return {"name": name, "tables": tables,
+            "model": {"num_dense_features": 2, "bottom_mlp": [4], "top_mlp": [4, 1]},
+            "data": {"source": "synthetic", "num_examples": 64, "ids_per_bag": 2},
+            "training": {"batch_size": 6, "steps": steps, "consistency": "sync", "seed": 3, "log_every": 1},
+            "runtime": runtime or {"heartbeat_ms": 200, "peer_timeout_ms": 3000, "rpc_timeout_ms": 5000}}
+
+
+def make_kjt(features, lengths_per_feature, rng, weighted_features):
+    lengths, values, weights = [], [], []
+    for f, lens in zip(features, lengths_per_feature):
+        for n in lens:
+            lengths.append(n)
+            values.extend(rng.integers(0, ROWS, size=n).tolist())
+            w = rng.uniform(0.5, 1.5, size=n) if f in weighted_features else np.ones(n)
+            weights.extend(w.tolist())
+    return tt.KeyedJaggedTensor(features, torch.tensor(values, dtype=torch.int64),
+                                torch.tensor(lengths, dtype=torch.int32),
+                                torch.tensor(weights, dtype=torch.float32))
+
+
+def read_rows(session, module):
+    """Every table's rows as the servers hold them: one bag per row id,
+    weight 1, read without opening a step."""
+    features = module.features
+    kjt = tt.KeyedJaggedTensor(features, torch.arange(ROWS, dtype=torch.int64).repeat(len(features)),
+                               torch.ones(ROWS * len(features), dtype=torch.int32),
+                               torch.ones(ROWS * len(features), dtype=torch.float32))
+    module.eval()
+    with torch.no_grad():
+        out = module(kjt)
+    module.train()
+    return {f: out[f].clone() for f in features}
+
+
+def test_steps_match_embedding_bag_for_every_sharding_and_pooling(local_job):
+    job = local_job(job_config("python_grads"), num_ps=2)
+    session = tessera.init(master=job.address, rank=0, world=1, insecure=True)
+    emb = tt.RemoteEmbeddings(session)
+    assert emb.features == [table_name(s, p) + "_f" for s, p in TABLES]
+    weighted = {table_name(s, "WEIGHTED") + "_f" for s in SHARDINGS}
+    rng = np.random.default_rng(7)
+    for step in range(3):
+        before = read_rows(session, emb)
+        # Bags of 0..4 ids, some repeated, one empty bag at least.
+        lens = [[0] + rng.integers(0, 5, size=5).tolist() for _ in emb.features]
+        kjt = make_kjt(emb.features, lens, rng, weighted)
+        out = emb(kjt)
+        upstream = {f: torch.randn(out[f].shape, generator=torch.Generator().manual_seed(step * 100 + i))
+                    for i, f in enumerate(emb.features)}
+        loss = sum((out[f] * upstream[f]).sum() for f in emb.features)
+        loss.backward()
+        after = read_rows(session, emb)
+
+        offset = 0
+        for (sharding, pooling), f in zip(TABLES, emb.features):
+            n = sum(lens[emb.features.index(f)])
+            ids = kjt.values()[offset:offset + n]
+            w = kjt.weights_or_none()[offset:offset + n]
+            offset += n
+            weight = torch.nn.Parameter(before[f].clone())
+            if pooling == "NONE":
+                ref = torch.nn.functional.embedding(ids, weight)
+            else:
+                mode = "mean" if pooling == "MEAN" else "sum"
+                offsets = torch.tensor([0] + np.cumsum(lens[emb.features.index(f)])[:-1].tolist())
+                ref = torch.nn.functional.embedding_bag(ids, weight, offsets, mode=mode,
+                                                        per_sample_weights=w if pooling == "WEIGHTED" else None)
+            where = f"{sharding}/{pooling} step {step}"
+            assert out[f].shape == ref.shape, where
+            assert (out[f] - ref).abs().max().item() <= 1e-6, where
+            (ref * upstream[f]).sum().backward()
+            expected = before[f] - LR * weight.grad
+            diff = (after[f] - expected).abs().max().item()
+            assert diff <= 1e-6, f"{where}: rows after the step differ by {diff}"
+    session.finish()
+    assert job.wait_master() == 0, job.log("master")
+
+
+def test_bag_collection_returns_a_keyed_tensor_and_checks_its_configs(local_job):
+    config = job_config("python_ebc")
+    config["tables"] = [t for t in config["tables"] if t["pooling"] != "NONE"]
+    job = local_job(config, num_ps=2)
+    with tessera.init(master=job.address, rank=0, world=1, insecure=True) as session:
+        t = config["tables"][0]
+        wrong = tt.EmbeddingBagConfig(num_embeddings=ROWS + 1, embedding_dim=t["embedding_dim"], name=t["name"],
+                                      feature_names=t["feature_names"])
+        with pytest.raises(ValueError, match="num_embeddings 25 here, 24 in the job"):
+            tt.EmbeddingBagCollection(session, tables=[wrong])
+        with pytest.raises(ValueError, match="not in the job"):
+            tt.EmbeddingBagCollection(session, tables=[tt.EmbeddingBagConfig(4, 4, name="nope")])
+        right = tt.EmbeddingBagConfig(num_embeddings=ROWS, embedding_dim=t["embedding_dim"], name=t["name"],
+                                      feature_names=t["feature_names"], pooling=tt.PoolingType.SUM)
+        ebc = tt.EmbeddingBagCollection(session, tables=[right])
+        assert list(ebc.parameters()) == []
+        rng = np.random.default_rng(1)
+        kjt = make_kjt(ebc.features, [[1, 2, 3]] * len(ebc.features), rng, set())
+        kt = ebc(kjt)
+        assert kt.keys() == ebc.features
+        assert kt.values().shape == (3, sum(ebc.dims))
+        assert kt.values().requires_grad
+        kt.values().sum().backward()
+    assert job.wait_master() == 0, job.log("master")
+
+
+def test_bad_input_raises_a_clear_python_exception(local_job):
+    config = job_config("python_bad_input")
+    job = local_job(config, num_ps=2)
+    session = tessera.init(master=job.address, rank=0, world=1, insecure=True)
+    emb = tt.RemoteEmbeddings(session)
+    F = len(emb.features)
+    ones = torch.ones(F * 2, dtype=torch.int32)
+
+    def kjt(values=None, lengths=None, keys=None, weights=None):
+        return tt.KeyedJaggedTensor(keys or emb.features,
+                                    torch.zeros(F * 2, dtype=torch.int64) if values is None else values,
+                                    ones if lengths is None else lengths, weights)
+
+    with pytest.raises(TypeError, match="values: expected dtype torch.int64, got torch.int32"):
+        emb(kjt(values=torch.zeros(F * 2, dtype=torch.int32)))
+    with pytest.raises(TypeError, match="weights: expected dtype torch.float32, got torch.float64"):
+        emb(kjt(weights=torch.ones(F * 2, dtype=torch.float64)))
+    with pytest.raises(ValueError, match="features the job does not"):
+        emb(kjt(keys=emb.features[:-1] + ["no_such_feature"]))
+    with pytest.raises(ValueError, match="lengths"):
+        emb(kjt(lengths=torch.ones(F * 2 + 1, dtype=torch.int32)))
+    with pytest.raises(ValueError):  # lengths that do not sum to the ids
+        emb(kjt(lengths=torch.full((F * 2,), 2, dtype=torch.int32)))
+    with pytest.raises((ValueError, tessera.TesseraError), match=str(ROWS)):
+        emb(kjt(values=torch.full((F * 2,), ROWS, dtype=torch.int64)))
+    with pytest.raises((ValueError, tessera.TesseraError)):
+        emb(kjt(values=torch.full((F * 2,), -1, dtype=torch.int64)))
+    # Gradients of the wrong shape, or none owed, never reach the servers.
+    outs = session.lookup(emb.features, 2, ones.numpy(), np.zeros(F * 2, dtype=np.int64))
+    with pytest.raises(ValueError, match="has 3 values"):
+        session.push([np.zeros(3, dtype=np.float32)] + [np.zeros_like(o) for o in outs[1:]])
+    with pytest.raises(TypeError, match="float32"):
+        session.push([o.astype(np.float64) for o in outs])
+    with pytest.raises(tessera.TesseraError, match="never sent back"):
+        session.lookup(emb.features, 2, ones.numpy(), np.zeros(F * 2, dtype=np.int64))
+    session.push([np.zeros_like(o) for o in outs])
+    with pytest.raises(tessera.TesseraError, match="no training lookup"):
+        session.push([np.zeros_like(o) for o in outs])
+    # The job goes on after all of it.
+    out = emb(kjt())
+    sum(o.sum() for o in out.values()).backward()
+    session.finish()
+    assert job.wait_master() == 0, job.log("master")
+
+
+def test_a_dead_server_raises_instead_of_hanging(local_job):
+    config = job_config("python_dead_server",
+                        runtime={"heartbeat_ms": 100, "peer_timeout_ms": 1500, "rpc_timeout_ms": 4000})
+    job = local_job(config, num_ps=2)
+    session = tessera.init(master=job.address, rank=0, world=1, insecure=True)
+    emb = tt.RemoteEmbeddings(session)
+    F = len(emb.features)
+    kjt = tt.KeyedJaggedTensor(emb.features, torch.zeros(F, dtype=torch.int64), torch.ones(F, dtype=torch.int32))
+    sum(o.sum() for o in emb(kjt).values()).backward()
+    os.kill(job.servers[1].pid, signal.SIGKILL)
+    job.servers[1].wait()
+    start = time.time()
+    with pytest.raises(tessera.TesseraError) as lost:
+        for _ in range(50):  # the master aborts the job within its peer timeout
+            sum(o.sum() for o in emb(kjt).values()).backward()
+    print("the error:", lost.value)
+    assert time.time() - start < 30
+    with pytest.raises(tessera.TesseraError):
+        session.finish()
+
+
+def test_two_trainers_in_sync_mode_see_each_others_updates(local_job):
+    config = job_config("python_two_trainers")
+    config["tables"] = config["tables"][:4]  # one of each pooling, table-wise
+    job = local_job(config, num_ps=2, num_trainers=2)
+    results, errors = {}, []
+
+    def trainer(rank):
+        try:
+            with tessera.init(master=job.address, rank=rank, world=2, insecure=True) as session:
+                emb = tt.RemoteEmbeddings(session)
+                F = len(emb.features)
+                # Both trainers push a gradient of ones onto row `rank`.
+                kjt = tt.KeyedJaggedTensor(emb.features, torch.full((F,), rank, dtype=torch.int64),
+                                           torch.ones(F, dtype=torch.int32))
+                before = read_rows(session, emb)
+                sum(o.sum() for o in emb(kjt).values()).backward()
+                results[rank] = (before, read_rows(session, emb))  # waits for both trainers' step 0
+        except Exception as e:  # noqa: BLE001 - reported below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=trainer, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    for rank in range(2):
+        before, after = results[rank]
+        other = 1 - rank
+        for f in before:
+            # Each trainer sees its own update and the other's.
+            assert (results[other][1][f] - after[f]).abs().max().item() == 0, f
+            assert (before[f][rank] - after[f][rank]).abs().max().item() > 0, f
+    assert job.wait_master() == 0, job.log("master")
+
+
+def train_steps(session, emb, steps, seed, between=None):
+    """`steps` steps of a fixed random stream; between(step) runs before
+    each. Returns every table's rows at the end."""
+    rng = np.random.default_rng(seed)
+    for step in range(steps):
+        if between:
+            between(step)
+        lens = [rng.integers(0, 4, size=5).tolist() for _ in emb.features]
+        kjt = make_kjt(emb.features, lens, rng, set())
+        out = emb(kjt)
+        sum((o * (k + 1)).sum() for k, o in enumerate(out.values())).backward()
+    return read_rows(session, emb)
+
+
+def test_a_server_added_mid_job_changes_nothing_in_the_result(local_job):
+    """A Python trainer follows a change of the servers at a step boundary:
+    the rows at the end equal those of a job that kept its one server."""
+    config = job_config("python_add_ps")
+    config["tables"] = [t for t in config["tables"] if t["sharding_type"] in ("row_wise", "table_wise")]
+    steps = 12
+
+    undisturbed = local_job(config, num_ps=1)
+    with tessera.init(master=undisturbed.address, insecure=True) as session:
+        expected = train_steps(session, tt.RemoteEmbeddings(session), steps, seed=11)
+    assert undisturbed.wait_master() == 0, undisturbed.log("master")
+
+    job = local_job(config, num_ps=1)
+    generations = []
+    with tessera.init(master=job.address, insecure=True) as session:
+        emb = tt.RemoteEmbeddings(session)
+
+        def add_server(step):
+            generations.append(session.generation)
+            if step == 4:
+                job.add_server()
+                # The master re-plans once the newcomer heartbeats, copies
+                # the moving rows ahead, and asks for a boundary.
+                deadline = time.time() + 30
+                while not session.boundary_requested and time.time() < deadline:
+                    time.sleep(0.05)
+                assert session.boundary_requested, job.log("master")
+
+        got = train_steps(session, emb, steps, seed=11, between=add_server)
+        assert generations[5] > generations[4], "the servers did not change at step 5"
+    assert job.wait_master() == 0, job.log("master")
+    for f in expected:
+        assert torch.equal(got[f], expected[f]), f
