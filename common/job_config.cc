@@ -478,8 +478,9 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
   TESSERA_RETURN_IF_ERROR(f.Object("training", true, &training));
   TESSERA_RETURN_IF_ERROR(ParseTraining(*training, &c.training));
   const json* model = nullptr;
-  TESSERA_RETURN_IF_ERROR(f.Object("model", true, &model));
-  TESSERA_RETURN_IF_ERROR(ParseModel(*model, &c.model));
+  TESSERA_RETURN_IF_ERROR(f.Object("model", false, &model));
+  c.has_model = model != nullptr;
+  if (c.has_model) TESSERA_RETURN_IF_ERROR(ParseModel(*model, &c.model));
   const json* data = nullptr;
   TESSERA_RETURN_IF_ERROR(f.Object("data", true, &data));
   TESSERA_RETURN_IF_ERROR(ParseData(*data, &c.data, base_dir));
@@ -603,14 +604,10 @@ json JobConfig::ToJson() const {
     if (!cj.empty()) tj["constraints"] = cj;
     tables_json.push_back(std::move(tj));
   }
-  return json{
+  json j{
       {"name", name},
       {"cluster", {{"num_ps", cluster.num_ps}, {"num_trainers", cluster.num_trainers}, {"replicas", cluster.replicas}}},
       {"tables", tables_json},
-      {"model",
-       {{"num_dense_features", model.num_dense_features},
-        {"bottom_mlp", model.bottom_mlp},
-        {"top_mlp", model.top_mlp}}},
       {"data",
        {{"source", data.source},
         {"path", data.path},
@@ -650,6 +647,12 @@ json JobConfig::ToJson() const {
         {"master_reconnect_ms", runtime.master_reconnect_ms},
         {"stall_timeout_ms", runtime.stall_timeout_ms}}},
   };
+  if (has_model) {
+    j["model"] = {{"num_dense_features", model.num_dense_features},
+                  {"bottom_mlp", model.bottom_mlp},
+                  {"top_mlp", model.top_mlp}};
+  }
+  return j;
 }
 
 }  // namespace tessera

@@ -213,7 +213,11 @@ struct JobConfig {
   std::string name = "tessera-job";
   ClusterConfig cluster;
   std::vector<TableConfig> tables;
+  // The C++ trainer's model. A job without one (no "model" in the config)
+  // is for trainers that bring their own (Python, docs/python.md); a C++
+  // trainer refuses it.
   ModelConfig model;
+  bool has_model = true;
   DataConfig data;
   TrainingConfig training;
   RuntimeConfig runtime;

@@ -41,6 +41,23 @@ TEST(JobConfigTest, RoundTripsThroughJson) {
   EXPECT_EQ(again->tables[0].seed, c->tables[0].seed);
 }
 
+// A job for trainers that bring their own model (Python) has none, and
+// keeps having none through the master (StartInfo carries ToJson).
+TEST(JobConfigTest, AJobWithoutAModelStaysWithoutOne) {
+  json j = MinimalJob();
+  j.erase("model");
+  auto c = ParseJobConfigJson(j, "/base");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->has_model);
+  EXPECT_FALSE(c->ToJson().contains("model"));
+  auto again = ParseJobConfigJson(c->ToJson(), "");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->has_model);
+  EXPECT_TRUE(ParseJobConfigJson(MinimalJob(), "/base")->has_model);
+  j["model"] = json::array();
+  EXPECT_NE(ParseError(j).message().find("model: must be a JSON object"), std::string::npos) << ParseError(j);
+}
+
 TEST(JobConfigTest, TableSeedsDependOnNameNotOrder) {
   json a = MinimalJob();
   a["tables"].push_back({{"name", "u"}, {"num_embeddings", 5}, {"embedding_dim", 2}, {"feature_names", {"g"}}});

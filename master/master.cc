@@ -86,7 +86,12 @@ Status Master::WaitForMembers() {
     int trainers = 0;
     for (const auto& t : trainers_) trainers += t.has_value();
     const auto now = Clock::now();
-    if (trainers == job_.cluster.num_trainers) {
+    // A server takes orders once it has read its REGISTER reply, which its
+    // first heartbeat shows (before that it refuses CREATE_SHARDS as a
+    // stranger's: it does not know the master's connection yet).
+    bool all_ready = true;
+    for (const auto& [id, p] : ps_) all_ready = all_ready && p.ready;
+    if (trainers == job_.cluster.num_trainers && all_ready) {
       if (static_cast<int>(ps_.size()) == job_.cluster.num_ps) return Status::OK();
       // Taking over: servers that died with the old master never come back.
       const bool waited = now - started_at_ > milliseconds(job_.runtime.peer_timeout_ms);

@@ -232,9 +232,11 @@ int main(int argc, char** argv) {
   std::cout << "[master] job '" << s["job"].get<std::string>() << "' finished in " << s["wall_s"].get<double>()
             << " s, " << static_cast<int64_t>(s["examples_per_s"].get<double>()) << " examples/s in all\n";
   for (const auto& t : s["trainers"]) {
-    std::cout << "[master]   trainer " << t.value("rank", -1) << ": " << t.value("steps", 0) << " steps, final loss "
-              << t.value("final_loss", 0.0) << ", " << static_cast<int64_t>(t.value("examples_per_s", 0.0))
-              << " examples/s\n";
+    // A trainer that brings its own model reports a loss only if its program says one.
+    std::cout << "[master]   trainer " << t.value("rank", -1) << ": " << t.value("steps", 0) << " steps, "
+              << (t.contains("final_loss") ? "final loss " + std::to_string(t.value("final_loss", 0.0))
+                                          : std::string("no loss reported"))
+              << ", " << static_cast<int64_t>(t.value("examples_per_s", 0.0)) << " examples/s\n";
   }
   if (s.contains("storage")) std::cout << tessera::FormatStorageSummary(s["storage"]);
   if (s.contains("eval")) std::cout << "[master]   eval: " << s["eval"].dump() << "\n";

@@ -59,6 +59,11 @@ Trainer::~Trainer() = default;
 
 Status Trainer::Train(const GenerationStart& start, json* report) {
   TESSERA_ASSIGN_OR_RETURN(JobConfig job, ParseJobConfigJson(start.info.job, ""));
+  if (!job.has_model) {
+    return Status::FailedPrecondition(
+        "the job has no model (no \"model\" in its config): it is for trainers that bring their own, such as "
+        "PyTorch trainers (docs/python.md), not tessera_trainer");
+  }
   TESSERA_ASSIGN_OR_RETURN(EmbeddingRoute route, member_->EnterGeneration(start.info));
   // Moves on when a lost server's backups take over (a promotion): the step
   // in flight goes on under the new plan.

@@ -157,6 +157,7 @@ void BindData(py::module_& m) {
       "dlrm_initial_params",
       [](const py::dict& job, const std::vector<int>& feature_dims) {
         JobConfig config = Check(JobFromDict(job));
+        if (!config.has_model) throw py::value_error("the job has no model (no \"model\" in its config)");
         DlrmModel model(config.model, feature_dims, config.training.seed);
         std::vector<float> flat = Check(model.CopyParamsToHost());
         py::dict out;

@@ -203,6 +203,7 @@ Status TrainerSession::Push(FeatureOutputs grads) {
 }
 
 void TrainerSession::RecordLoss(double loss_sum, int64_t examples) {
+  loss_recorded_ = true;
   window_loss_ += loss_sum;
   window_examples_ += examples;
 }
@@ -223,9 +224,9 @@ Status TrainerSession::Finish(const std::string& error, const nlohmann::json& ev
   const double timed_s = std::chrono::duration<double>(end - timed_start_).count();
   nlohmann::json report = {{"steps", steps_},
                            {"examples", examples_},
-                           {"final_loss", final_loss_},
                            {"examples_per_s", timed_s > 0 ? static_cast<double>(timed_examples_) / timed_s : 0.0},
                            {"wall_s", wall_s}};
+  if (loss_recorded_) report["final_loss"] = final_loss_;
   if (!eval.is_null()) report["eval"] = eval;
   return member_->ReportDone(std::move(report), st);
 }

@@ -123,6 +123,7 @@ class TrainerSession {
   double window_loss_ = 0;
   int64_t window_examples_ = 0;
   double final_loss_ = 0;
+  bool loss_recorded_ = false;
   std::chrono::steady_clock::time_point window_start_, run_start_;
   // examples/s counts after the first steps' warm-up, as the C++ trainer's.
   int64_t warmup_steps_ = 0;

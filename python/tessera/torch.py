@@ -36,6 +36,7 @@ __all__ = [
     "RemoteEmbeddings",
     "EmbeddingBagCollection",
     "EmbeddingCollection",
+    "EmbeddingBag",
 ]
 
 
@@ -260,6 +261,41 @@ class EmbeddingCollection(RemoteEmbeddings):
         keys = list(kjt.keys())
         lengths = kjt.lengths().view(len(keys), -1)
         return {f: JaggedTensor(outs[f], lengths[keys.index(f)]) for f in self.features}
+
+
+class EmbeddingBag(RemoteEmbeddings):
+    """torch.nn.EmbeddingBag's interface over a job with one pooled feature:
+    forward(input, offsets=None, per_sample_weights=None) -> [B x dim], with
+    input 1-D and offsets (the start of each bag), or 2-D [B x n] (bags of n
+    ids) — what a program written for nn.EmbeddingBag (or PyTorch's
+    RemoteModule of one) passes."""
+
+    def __init__(self, session: Session):
+        super().__init__(session)
+        if len(self.features) != 1 or not self.pooled[0]:
+            raise ValueError(f"EmbeddingBag needs a job with one pooled feature; this one has {self.features}: use "
+                             "EmbeddingBagCollection")
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        if input.dim() == 2:
+            if offsets is not None:
+                raise ValueError("EmbeddingBag: offsets must be None when input is 2-D (bags of equal length)")
+            batch, n = input.shape
+            lengths = torch.full((batch,), n, dtype=torch.int32)
+            input = input.reshape(-1)
+            if per_sample_weights is not None:
+                per_sample_weights = per_sample_weights.reshape(-1)
+        elif input.dim() == 1:
+            if offsets is None or offsets.dim() != 1:
+                raise ValueError("EmbeddingBag: a 1-D input needs 1-D offsets (the first id of each bag)")
+            ends = torch.cat([offsets[1:], torch.tensor([input.numel()], dtype=offsets.dtype)])
+            lengths = (ends - offsets).to(torch.int32)
+            if (lengths < 0).any() or (offsets.numel() > 0 and offsets[0] != 0):
+                raise ValueError("EmbeddingBag: offsets must start at 0 and not decrease")
+        else:
+            raise ValueError(f"EmbeddingBag: input must be 1-D or 2-D, not {input.dim()}-D")
+        kjt = KeyedJaggedTensor(self.features, input.to(torch.int64), lengths, per_sample_weights)
+        return self._lookup(kjt)[self.features[0]]
 
 
 def _check_tables(tables, job_tables):

@@ -67,7 +67,7 @@ def read_rows(session, module):
                                torch.ones(ROWS * len(features), dtype=torch.float32))
     module.eval()
     with torch.no_grad():
-        out = module(kjt)
+        out = module._lookup(kjt)  # {feature: rows}, whatever the module's own output
     module.train()
     return {f: out[f].clone() for f in features}
 
@@ -291,3 +291,39 @@ def test_a_server_added_mid_job_changes_nothing_in_the_result(local_job):
     assert job.wait_master() == 0, job.log("master")
     for f in expected:
         assert torch.equal(got[f], expected[f]), f
+
+
+def test_embedding_bag_takes_what_nn_embedding_bag_takes(local_job):
+    config = job_config("python_embedding_bag")
+    config["tables"] = [t for t in config["tables"] if t["name"] == "row_wise_sum"]
+    job = local_job(config, num_ps=2)
+    with tessera.init(master=job.address, insecure=True) as session:
+        bag = tt.EmbeddingBag(session)
+        rows = read_rows(session, bag)[bag.features[0]]
+        ref = torch.nn.EmbeddingBag.from_pretrained(rows, mode="sum")
+        bag.eval()
+        with torch.no_grad():
+            ids = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
+            offsets = torch.tensor([0, 2, 2, 5])  # one empty bag
+            assert torch.equal(bag(ids, offsets), ref(ids, offsets))
+            grid = torch.tensor([[3, 1], [4, 1], [5, 9]])
+            assert torch.equal(bag(grid), ref(grid))
+            w = torch.rand(8)
+            assert (bag(ids, offsets, per_sample_weights=w) - ref(ids, offsets, per_sample_weights=w)).abs().max() <= 1e-6
+            with pytest.raises(ValueError, match="offsets"):
+                bag(ids)
+            with pytest.raises(ValueError, match="offsets must be None"):
+                bag(grid, offsets)
+            with pytest.raises(ValueError, match="start at 0"):
+                bag(ids, torch.tensor([1, 3]))
+        bag.train()
+        bag(ids, offsets).sum().backward()
+    assert job.wait_master() == 0, job.log("master")
+    two_features = local_job(job_config("python_bag_two"))
+    with tessera.init(master=two_features.address, insecure=True) as other:
+        with pytest.raises(ValueError, match="one pooled feature"):
+            tt.EmbeddingBag(other)
+        emb = tt.RemoteEmbeddings(other)
+        F = len(emb.features)
+        sum(o.sum() for o in emb(tt.KeyedJaggedTensor(emb.features, torch.zeros(F, dtype=torch.int64),
+                                                      torch.ones(F, dtype=torch.int32))).values()).backward()
