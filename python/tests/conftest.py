@@ -21,7 +21,7 @@ class LocalJob:
         self.tmp = pathlib.Path(tmp)
         self.procs = []
 
-    def start(self, config, num_ps, num_trainers):
+    def start(self, config, num_ps, num_trainers, master_flags=()):
         cfg = self.tmp / "job.json"
         cfg.write_text(json.dumps(config))
         endpoint = self.tmp / "master.endpoint"
@@ -30,7 +30,7 @@ class LocalJob:
             str(BUILD / "master" / "tessera_master"), "--config", str(cfg), "--insecure",
             "--bind", "tcp://127.0.0.1:0", "--endpoint_file", str(endpoint),
             "--num_ps", str(num_ps), "--num_trainers", str(num_trainers),
-            "--summary_file", str(self.summary)])
+            "--summary_file", str(self.summary), *master_flags])
         deadline = time.time() + 30
         while not endpoint.exists() or not endpoint.read_text().strip():
             if time.time() > deadline or self.master.poll() is not None:
@@ -69,18 +69,18 @@ class LocalJob:
 
 @pytest.fixture
 def local_job(tmp_path):
-    """local_job(config, num_ps=2, num_trainers=1) -> LocalJob (stopped at the end)."""
+    """local_job(config, num_ps=2, num_trainers=1, master_flags=()) -> LocalJob (stopped at the end)."""
     for binary in (BUILD / "master" / "tessera_master", BUILD / "ps" / "tessera_ps"):
         if not binary.exists():
             pytest.fail(f"{binary} is missing: build first (scripts/build.sh) or set TESSERA_BUILD_DIR")
     jobs = []
 
-    def start(config, num_ps=2, num_trainers=1):
+    def start(config, num_ps=2, num_trainers=1, master_flags=()):
         d = tmp_path / f"job{len(jobs)}"
         d.mkdir()
         job = LocalJob(d)
         jobs.append(job)  # stopped at the end even if it fails to start
-        job.start(config, num_ps, num_trainers)
+        job.start(config, num_ps, num_trainers, master_flags)
         return job
 
     yield start

@@ -327,3 +327,34 @@ def test_embedding_bag_takes_what_nn_embedding_bag_takes(local_job):
         F = len(emb.features)
         sum(o.sum() for o in emb(tt.KeyedJaggedTensor(emb.features, torch.zeros(F, dtype=torch.int64),
                                                       torch.ones(F, dtype=torch.int32))).values()).backward()
+
+
+def test_a_checkpoint_keeps_the_trainers_state_and_a_resumed_job_starts_from_it(tmp_path, local_job):
+    config = job_config("python_checkpoint")
+    config["tables"] = [t for t in config["tables"] if t["pooling"] == "SUM"]
+    config["checkpoint"] = {"dir": str(tmp_path / "ckpt"), "every_steps": 4, "keep": 3}
+    saved = []
+
+    def save_state():
+        saved.append(session.step)
+        return f"dense state at step {session.step}".encode()
+
+    job = local_job(config, num_ps=2)
+    rows_at = {}
+    with tessera.init(master=job.address, insecure=True, save_state=save_state) as session:
+        emb = tt.RemoteEmbeddings(session)
+        train_steps(session, emb, 10, seed=5,
+                    between=lambda step: rows_at.__setitem__(step, read_rows(session, emb)) if step == 8 else None)
+    assert job.wait_master() == 0, job.log("master")
+    assert saved == [4, 8], saved
+
+    resumed = local_job(config, num_ps=1, master_flags=["--resume"])  # on another number of servers
+    with tessera.init(master=resumed.address, insecure=True) as session:
+        assert session.start_step == 8 and session.step == 8
+        assert session.start_state == b"dense state at step 8"
+        emb = tt.RemoteEmbeddings(session)
+        rows = read_rows(session, emb)
+        for f in rows:
+            assert torch.equal(rows[f], rows_at[8][f]), f
+        train_steps(session, emb, 2, seed=6)
+    assert resumed.wait_master() == 0, resumed.log("master")
