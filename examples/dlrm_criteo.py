@@ -138,12 +138,21 @@ def train(session, rank, world, dist_init=None, metrics_file=None, log=print):
     batch = training["batch_size"]
     total = training.get("steps", 0) or training["epochs"] * tessera.steps_per_epoch(world, batch, data.num_examples)
     metrics = open(metrics_file, "w") if metrics_file else None
+    # training.prefetch (async jobs): the next step's lookup travels while this one computes.
+    prefetch = training.get("prefetch", False)
     start = time.time()
+    b = None
     for step in range(session.start_step, total):
         t0 = time.time()
         share = tessera.share_of_step(step, rank, world, batch, data.num_examples)
-        b = data.read(share["begin"], share["count"])
+        if b is None:
+            b = data.read(share["begin"], share["count"])
         pooled = ebc(kjt_of(b)).values()
+        following = None
+        if prefetch and step + 1 < total:
+            nxt = tessera.share_of_step(step + 1, rank, world, batch, data.num_examples)
+            following = data.read(nxt["begin"], nxt["count"])
+            ebc.prefetch(kjt_of(following))
         logits = dense(torch.from_numpy(b["dense"]), pooled)
         loss_sum = F.binary_cross_entropy_with_logits(logits, torch.from_numpy(b["labels"]), reduction="sum")
         opt.zero_grad()
@@ -158,6 +167,7 @@ def train(session, rank, world, dist_init=None, metrics_file=None, log=print):
                                       "step_ms": step_s * 1e3}) + "\n")
         if (step + 1) % training.get("log_every", 100) == 0 or step + 1 == total:
             log(f"trainer {rank} step {step + 1}/{total} loss {float(loss_sum) / max(n, 1):.5f}")
+        b = following
     seconds = time.time() - start
     if metrics:
         metrics.close()

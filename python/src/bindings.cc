@@ -131,6 +131,17 @@ class PySession {
     return result;
   }
 
+  void Prefetch(const std::vector<std::string>& keys, int64_t batch_size, const py::handle& lengths,
+                const py::handle& values, const py::handle& weights) {
+    KeyedJaggedTensor kjt = MakeKjt(keys, batch_size, lengths, values, weights);
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = session_->Prefetch(kjt);
+    }
+    Check(st);
+  }
+
   void Push(const py::list& grads) {
     FeatureOutputs g(grads.size());
     for (size_t f = 0; f < g.size(); ++f) {
@@ -210,6 +221,9 @@ PYBIND11_MODULE(_tessera, m) {
       .def("lookup", &PySession::Lookup, py::arg("keys"), py::arg("batch_size"), py::arg("lengths"),
            py::arg("values"), py::arg("weights") = py::none(), py::arg("inference") = false,
            "Looks every feature up: a list, per feature in model order, of float32 arrays [rows x dim].")
+      .def("prefetch", &PySession::Prefetch, py::arg("keys"), py::arg("batch_size"), py::arg("lengths"),
+           py::arg("values"), py::arg("weights") = py::none(),
+           "Sends the next step's lookup now (async jobs); the next training lookup must be of this batch.")
       .def("push", &PySession::Push, py::arg("grads"),
            "Sends the output gradients of the last training lookup (float32, the lookup's shapes).")
       .def(

@@ -126,14 +126,18 @@ Status TrainerSession::CompleteStep() {
   return Status::OK();
 }
 
-Status TrainerSession::MaybeCheckpoint() {
+bool TrainerSession::AtBoundary() const {
   const int64_t every = job_.checkpoint.dir.empty() ? 0 : job_.checkpoint.every_steps;
   const bool periodic = every > 0 && step_ > start_step_ && step_ % every == 0;
   // On demand (and a change of the servers, which waits for a boundary the
   // same way): a lone trainer stops at once; several would have to agree on
   // the step first, which the C++ trainers do in their allreduce.
   const bool requested = member_->world() == 1 && member_->checkpoint_requested()->load();
-  if (!periodic && !requested) return Status::OK();
+  return periodic || requested;
+}
+
+Status TrainerSession::MaybeCheckpoint() {
+  if (!AtBoundary()) return Status::OK();
   auto state = [this]() -> StatusOr<std::string> {
     if (!options_.save_state) return std::string();
     return options_.save_state();
@@ -161,10 +165,29 @@ Status TrainerSession::Lookup(const KeyedJaggedTensor& kjt, bool inference, Feat
                                       "'s gradients were never sent back: call backward() on a loss of its output "
                                       "before the next training lookup");
   }
-  TESSERA_RETURN_IF_ERROR(Keep(CompleteStep()));
-  if (inference) return Keep(embeddings_->Lookup(static_cast<uint64_t>(step_), kjt, true, out));
-  TESSERA_RETURN_IF_ERROR(Keep(MaybeCheckpoint()));
-  TESSERA_RETURN_IF_ERROR(Keep(embeddings_->Lookup(static_cast<uint64_t>(step_), kjt, false, out)));
+  if (prefetched_) {
+    // The client answers lookups in the order they were sent: the
+    // prefetched one comes first.
+    if (inference) {
+      return Status::FailedPrecondition("a batch is prefetched: look it up (the next training step) before an "
+                                        "evaluation lookup");
+    }
+    if (kjt.keys != prefetched_kjt_.keys || kjt.batch_size != prefetched_kjt_.batch_size ||
+        kjt.lengths != prefetched_kjt_.lengths || kjt.values != prefetched_kjt_.values ||
+        kjt.weights != prefetched_kjt_.weights) {
+      return Status::FailedPrecondition("this batch is not the one prefetched for step " + std::to_string(step_) +
+                                        ": look up the prefetched batch first");
+    }
+    prefetched_ = false;
+    prefetched_kjt_.Clear();
+    TESSERA_RETURN_IF_ERROR(Keep(CompleteStep()));
+    TESSERA_RETURN_IF_ERROR(Keep(embeddings_->FinishLookup(out)));
+  } else {
+    TESSERA_RETURN_IF_ERROR(Keep(CompleteStep()));
+    if (inference) return Keep(embeddings_->Lookup(static_cast<uint64_t>(step_), kjt, true, out));
+    TESSERA_RETURN_IF_ERROR(Keep(MaybeCheckpoint()));
+    TESSERA_RETURN_IF_ERROR(Keep(embeddings_->Lookup(static_cast<uint64_t>(step_), kjt, false, out)));
+  }
   out_rows_.resize(out->size());
   for (size_t f = 0; f < out->size(); ++f) out_rows_[f] = static_cast<int64_t>((*out)[f].size()) / dims_[f];
   if (step_ == start_step_ + warmup_steps_) {
@@ -175,6 +198,27 @@ Status TrainerSession::Lookup(const KeyedJaggedTensor& kjt, bool inference, Feat
   timed_examples_ += kjt.batch_size;
   ++step_;
   push_owed_ = true;
+  return Status::OK();
+}
+
+Status TrainerSession::Prefetch(const KeyedJaggedTensor& kjt) {
+  if (finished_) return Status::FailedPrecondition("the session is finished");
+  if (!broken_.ok()) return broken_;
+  if (job_.training.consistency != Consistency::kAsync) {
+    return Status::FailedPrecondition("prefetch needs an async job (training.consistency): in sync mode a lookup "
+                                      "sent before this step's update would wait for it");
+  }
+  if (prefetched_) return Status::FailedPrecondition("a batch is already prefetched: look it up first");
+  if (step_ == start_step_ && !push_owed_) {
+    return Status::FailedPrecondition("prefetch the next batch after a training lookup (forward), not before");
+  }
+  // A boundary (checkpoint, servers changing) stops before the lookup: the
+  // next step is looked up then, not now.
+  if (AtBoundary()) return Status::OK();
+  TESSERA_RETURN_IF_ERROR(kjt.Validate());
+  TESSERA_RETURN_IF_ERROR(Keep(embeddings_->StartLookup(static_cast<uint64_t>(step_), kjt, false)));
+  prefetched_ = true;
+  prefetched_kjt_ = kjt;
   return Status::OK();
 }
 

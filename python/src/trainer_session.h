@@ -70,6 +70,13 @@ class TrainerSession {
   // step; its output gradients go back with Push. Inference: rows as they
   // are after every step so far, nothing created or opened.
   Status Lookup(const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* out);
+  // Sends the lookup of the next step's batch now, so that its rows travel
+  // while this step computes (async jobs: the rows may miss this step's own
+  // update, a staleness of one step, as training.prefetch in C++). The next
+  // training Lookup must be of the same batch and gets them. Call it after
+  // this step's Lookup. At a checkpoint boundary it sends nothing (the next
+  // Lookup does, after the barrier).
+  Status Prefetch(const KeyedJaggedTensor& kjt);
   // Sends d(loss)/d(output) of every feature of the last training lookup
   // (shapes as Lookup gave them); the next Lookup or Finish waits for the
   // servers to take it.
@@ -96,6 +103,8 @@ class TrainerSession {
   Status FollowServerChange(const Status& why);
   // Waits for the push of the last training step, which finishes it.
   Status CompleteStep();
+  // Whether the next training step starts at a boundary (below).
+  bool AtBoundary() const;
   // At a checkpoint boundary (checkpoint.every_steps, or asked for while
   // this is the job's only trainer): waits at the master's barrier, and
   // follows a change of the servers made there.
@@ -115,6 +124,8 @@ class TrainerSession {
   int64_t step_ = 0;
   bool push_owed_ = false;     // a training lookup whose gradients were not pushed
   bool push_pending_ = false;  // pushed, not yet waited for
+  bool prefetched_ = false;    // the next step's lookup is in flight, of this batch:
+  KeyedJaggedTensor prefetched_kjt_;
   bool finished_ = false;
   Status broken_;
   // Progress for the master and the final report.

@@ -203,7 +203,14 @@ class RemoteEmbeddings(torch.nn.Module):
         if tables is not None:
             _check_tables(tables, self.job_tables)
 
-    def _lookup(self, kjt) -> Dict[str, torch.Tensor]:
+    def prefetch(self, kjt) -> None:
+        """Sends the lookup of the next training step's batch now, so that its
+        rows travel while this step computes (async jobs; a staleness of one
+        step). The next training forward must be of this batch."""
+        keys, batch, lengths, values, weights = self._arrays(kjt)
+        self.session.prefetch(keys, batch, lengths, values, weights)
+
+    def _arrays(self, kjt):
         keys = list(kjt.keys())
         known = set(self.features)
         unknown = [k for k in keys if k not in known]
@@ -216,7 +223,10 @@ class RemoteEmbeddings(torch.nn.Module):
         values = _as_numpy(kjt.values(), torch.int64, "values")
         w = kjt.weights_or_none()
         weights = None if w is None else _as_numpy(w, torch.float32, "weights")
-        batch = int(kjt.stride())
+        return keys, int(kjt.stride()), lengths, values, weights
+
+    def _lookup(self, kjt) -> Dict[str, torch.Tensor]:
+        keys, batch, lengths, values, weights = self._arrays(kjt)
         inference = not self.training or not torch.is_grad_enabled()
         if inference:
             outs = [torch.from_numpy(o) for o in
@@ -243,7 +253,9 @@ class EmbeddingBagCollection(RemoteEmbeddings):
 
     def forward(self, kjt) -> KeyedTensor:
         outs = self._lookup(kjt)
-        return KeyedTensor(self.features, self.dims, torch.cat([outs[f] for f in self.features], dim=1))
+        values = [outs[f] for f in self.features]
+        # (One feature: its output as it is; cat would copy it.)
+        return KeyedTensor(self.features, self.dims, values[0] if len(values) == 1 else torch.cat(values, dim=1))
 
 
 class EmbeddingCollection(RemoteEmbeddings):

@@ -358,3 +358,47 @@ def test_a_checkpoint_keeps_the_trainers_state_and_a_resumed_job_starts_from_it(
             assert torch.equal(rows[f], rows_at[8][f]), f
         train_steps(session, emb, 2, seed=6)
     assert resumed.wait_master() == 0, resumed.log("master")
+
+
+def test_prefetch_sends_the_next_lookup_early_in_async_jobs(local_job):
+    sync = job_config("python_prefetch_sync")
+    sync["tables"] = sync["tables"][:2]
+    job = local_job(sync, num_ps=1)
+    with tessera.init(master=job.address, insecure=True) as session:
+        emb = tt.RemoteEmbeddings(session)
+        rng = np.random.default_rng(2)
+        kjt = make_kjt(emb.features, [[1, 2]] * len(emb.features), rng, set())
+        out = emb(kjt)
+        with pytest.raises(tessera.TesseraError, match="async"):
+            emb.prefetch(kjt)
+        sum(o.sum() for o in out.values()).backward()
+
+    config = job_config("python_prefetch")
+    config["tables"] = [t for t in config["tables"] if t["pooling"] != "NONE"]
+    config["training"]["consistency"] = "async"
+    job = local_job(config, num_ps=2)
+    with tessera.init(master=job.address, insecure=True) as session:
+        emb = tt.RemoteEmbeddings(session)
+        rng = np.random.default_rng(3)
+        batches = [make_kjt(emb.features, [rng.integers(0, 4, size=4).tolist() for _ in emb.features], rng, set())
+                   for _ in range(6)]
+        with pytest.raises(tessera.TesseraError, match="after a training lookup"):
+            emb.prefetch(batches[0])
+        for i, kjt in enumerate(batches):
+            out = emb(kjt)
+            if i + 1 < len(batches):
+                emb.prefetch(batches[i + 1])
+                with pytest.raises(tessera.TesseraError, match="already prefetched"):
+                    emb.prefetch(batches[i + 1])
+            sum(o.sum() for o in out.values()).backward()
+            if i == 2:
+                with pytest.raises(tessera.TesseraError, match="not the one prefetched"):
+                    emb(batches[0])
+                emb.eval()
+                with pytest.raises(tessera.TesseraError, match="before an evaluation lookup"):
+                    emb(kjt)
+                emb.train()
+        assert session.step == 6
+        # With nothing prefetched, evaluation lookups work again.
+        read_rows(session, emb)
+    assert job.wait_master() == 0, job.log("master")
