@@ -18,8 +18,10 @@ summary as a C++ job's are).
 """
 
 import argparse
+import faulthandler
 import json
 import os
+import signal
 import time
 
 import numpy as np
@@ -70,13 +72,6 @@ class DenseDLRM(torch.nn.Module):
             if i + 1 < len(self.top):
                 x = torch.relu(x)
         return x.squeeze(1)
-
-
-def allreduce_sum(process_group, bucket):
-    """DDP's gradients summed, not averaged: each trainer's loss is already
-    divided by the whole global batch, as the C++ trainers do."""
-    group = process_group if process_group is not None else dist.group.WORLD
-    return dist.all_reduce(bucket.buffer(), group=group, async_op=True).get_future().then(lambda f: f.value()[0])
 
 
 def roc_auc(scores, labels):
@@ -131,7 +126,6 @@ def train(session, rank, world, dist_init=None, metrics_file=None, log=print):
     if world > 1:
         dist.init_process_group("gloo", init_method=dist_init, rank=rank, world_size=world)
         dense = torch.nn.parallel.DistributedDataParallel(model)
-        dense.register_comm_hook(None, allreduce_sum)
     opt = torch.optim.SGD(model.parameters(), lr=opt_config["lr"])
 
     data = tessera.Data(job, "train")
@@ -157,6 +151,12 @@ def train(session, rank, world, dist_init=None, metrics_file=None, log=print):
         loss_sum = F.binary_cross_entropy_with_logits(logits, torch.from_numpy(b["labels"]), reduction="sum")
         opt.zero_grad()
         (loss_sum / share["global_count"]).backward()  # the embeddings' gradients go to the servers here
+        if world > 1:
+            # Each trainer's loss is already divided by the whole global batch (as the C++ trainers do), so the
+            # dense gradients are to be summed over trainers; DDP averaged them. (Exact for a power-of-two world.
+            # Not a DDP comm hook: torch 1.13 can deadlock at exit on a Python hook's callback.)
+            for p in model.parameters():
+                p.grad.mul_(world)
         opt.step()
         n = int(share["count"])
         session.record_loss(float(loss_sum), n)
@@ -194,6 +194,7 @@ def main():
     p.add_argument("--dist_init", default="tcp://127.0.0.1:29500", help="torch.distributed's rendezvous (world > 1)")
     p.add_argument("--metrics_file", help="per-step metrics as JSON lines")
     args = p.parse_args()
+    faulthandler.register(signal.SIGUSR1)  # kill -USR1 prints where every thread is
     torch.set_num_threads(1)
     with tessera.init(master=args.master, rank=args.rank, world=args.world, keys=args.keys,
                       insecure=args.insecure) as session:

@@ -214,6 +214,13 @@ PYBIND11_MODULE(_tessera, m) {
           "at which the next training lookup stops")
       .def_property_readonly("start_state", [](PySession& s) { return py::bytes(s.session().start_state()); })
       .def_property_readonly("job", &PySession::Job)
+      .def_property_readonly("rank", [](PySession& s) { return s.session().rank(); })
+      .def_property_readonly("prefetched", [](PySession& s) { return s.session().prefetched(); })
+      .def_property_readonly("world", [](PySession& s) { return s.session().world(); })
+      .def(
+          "stop_at_next_step", [](PySession& s) { s.session().StopAtNextStep(); },
+          "The trainers agreed (through their collective) to stop for the boundary asked for: the next training "
+          "lookup waits at the master's barrier (tessera.torch calls this)")
       .def_property_readonly(
           "dump_dir", [](PySession& s) { return s.session().dump_dir(); },
           "Where trainer 0 writes its dense model at the end (tessera.write_params), when the master was started "

@@ -133,7 +133,7 @@ bool TrainerSession::AtBoundary() const {
   // same way): a lone trainer stops at once; several would have to agree on
   // the step first, which the C++ trainers do in their allreduce.
   const bool requested = member_->world() == 1 && member_->checkpoint_requested()->load();
-  return periodic || requested;
+  return periodic || requested || boundary_agreed_;
 }
 
 Status TrainerSession::MaybeCheckpoint() {
@@ -143,6 +143,7 @@ Status TrainerSession::MaybeCheckpoint() {
     return options_.save_state();
   };
   EmbeddingClient* reroute = job_.cluster.replicas >= 2 ? embeddings_.get() : nullptr;
+  boundary_agreed_ = false;
   Status st = member_->Barrier(step_, &generation_, state, reroute, nullptr, job_.runtime.rpc_timeout_ms * 10);
   // The servers change at this boundary: the next generation starts here.
   if (st.code() == StatusCode::kCancelled) return FollowServerChange(st);

@@ -65,6 +65,13 @@ class TrainerSession {
   // trainer 0 its dense model (tessera_master --dump_dir), or "".
   const std::string& dump_dir() const { return dump_dir_; }
   bool boundary_requested() const { return member_->checkpoint_requested()->load(); }
+  // Several trainers stop for a boundary asked for (boundary_requested) at
+  // the step they agree on, through their own collective (tessera.torch
+  // does it over torch.distributed): the next training lookup stops there.
+  void StopAtNextStep() { boundary_agreed_ = true; }
+  int rank() const { return member_->rank(); }
+  bool prefetched() const { return prefetched_; }
+  int world() const { return member_->world(); }
 
   // Looks every feature of `kjt` up. Training (inference false): the next
   // step; its output gradients go back with Push. Inference: rows as they
@@ -124,6 +131,7 @@ class TrainerSession {
   int64_t step_ = 0;
   bool push_owed_ = false;     // a training lookup whose gradients were not pushed
   bool push_pending_ = false;  // pushed, not yet waited for
+  bool boundary_agreed_ = false;
   bool prefetched_ = false;    // the next step's lookup is in flight, of this batch:
   KeyedJaggedTensor prefetched_kjt_;
   bool finished_ = false;

@@ -19,12 +19,18 @@ and change nothing on the servers.
 
 import dataclasses
 import enum
+import logging
 from typing import Dict, List, Optional
 
 import numpy as np
 import torch
 
 from . import Session
+
+# How often several trainers agree whether to stop for a boundary the master
+# asked for (a checkpoint on demand, servers joining or leaving): one
+# one-float allreduce every this many steps, as the C++ trainers do.
+BOUNDARY_CHECK_EVERY = 16
 
 __all__ = [
     "PoolingType",
@@ -208,7 +214,29 @@ class RemoteEmbeddings(torch.nn.Module):
         rows travel while this step computes (async jobs; a staleness of one
         step). The next training forward must be of this batch."""
         keys, batch, lengths, values, weights = self._arrays(kjt)
+        self._agree_on_boundary()
         self.session.prefetch(keys, batch, lengths, values, weights)
+
+    def _agree_on_boundary(self):
+        """Before the next step's lookup is sent: every BOUNDARY_CHECK_EVERY
+        steps the trainers tell each other (a one-float allreduce over the
+        default torch.distributed group, which DDP uses too) whether any has
+        heard the master ask for a boundary, and all stop at this step if so.
+        A lone trainer needs no agreement (the session stops by itself)."""
+        s = self.session
+        if s.world == 1 or s.step <= s.start_step or s.step % BOUNDARY_CHECK_EVERY != 0:
+            return
+        import torch.distributed as dist
+        if not (dist.is_available() and dist.is_initialized()):
+            if s.boundary_requested and not getattr(self, "_warned", False):
+                logging.warning("tessera: the master asks the trainers to stop at a step boundary, but without "
+                                "torch.distributed initialized they cannot agree on the step: they go on")
+                self._warned = True
+            return
+        flag = torch.tensor([1.0 if s.boundary_requested else 0.0])
+        dist.all_reduce(flag)
+        if flag.item() > 0:
+            s.stop_at_next_step()
 
     def _arrays(self, kjt):
         keys = list(kjt.keys())
@@ -228,6 +256,8 @@ class RemoteEmbeddings(torch.nn.Module):
     def _lookup(self, kjt) -> Dict[str, torch.Tensor]:
         keys, batch, lengths, values, weights = self._arrays(kjt)
         inference = not self.training or not torch.is_grad_enabled()
+        if not inference and not self.session.prefetched:
+            self._agree_on_boundary()
         if inference:
             outs = [torch.from_numpy(o) for o in
                     self.session.lookup(keys, batch, lengths, values, weights, inference=True)]

@@ -6,8 +6,11 @@ and the rows after the step must equal those rows minus lr times
 EmbeddingBag's weight gradient (max |diff| <= 1e-6)."""
 
 import itertools
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -17,6 +20,7 @@ import torch
 
 import tessera
 import tessera.torch as tt
+from conftest import BUILD
 
 ROWS = 24
 LR = 0.5
@@ -402,3 +406,86 @@ def test_prefetch_sends_the_next_lookup_early_in_async_jobs(local_job):
         # With nothing prefetched, evaluation lookups work again.
         read_rows(session, emb)
     assert job.wait_master() == 0, job.log("master")
+
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "dlrm_criteo.py")
+
+
+def dlrm_job(name, steps):
+    config = job_config(name, steps=steps)
+    config["tables"] = [t for t in config["tables"]
+                        if t["pooling"] == "SUM" and t["sharding_type"] in ("row_wise", "table_wise")]
+    config["model"] = {"num_dense_features": 4, "bottom_mlp": [8], "top_mlp": [8, 1]}
+    config["data"] = {"source": "synthetic", "num_examples": 4096, "ids_per_bag": 2, "zipf": 1.05}
+    config["training"].update({"batch_size": 16, "dense_optimizer": {"type": "sgd", "lr": 0.05}})
+    return config
+
+
+def run_two_python_trainers(job, tmp, during=None):
+    """examples/dlrm_criteo.py as trainers 0 and 1 of `job` (DDP over Gloo);
+    during(metrics_file_of_rank_0) runs while they train."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    procs = []
+    try:
+        for r in range(2):
+            log = open(tmp / f"trainer{r}.log", "wb")
+            procs.append(subprocess.Popen(
+                [sys.executable, EXAMPLE, "--master", job.address, "--insecure", "--rank", str(r), "--world", "2",
+                 "--dist_init", f"tcp://127.0.0.1:{port}", "--metrics_file", str(tmp / f"trainer{r}.jsonl")],
+                stdout=log, stderr=subprocess.STDOUT, env=env))
+        if during:
+            during(tmp / "trainer0.jsonl")
+        for r, p in enumerate(procs):
+            try:
+                code = p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                p.send_signal(signal.SIGUSR1)  # the example dumps its Python stacks (faulthandler)
+                time.sleep(1)
+                code = "hung"
+            assert code == 0, (tmp / f"trainer{r}.log").read_text(errors="replace")[-6000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_two_python_trainers_follow_a_server_added_mid_job_bit_for_bit(tmp_path, local_job):
+    """Two PyTorch trainers (DDP) agree on the boundary the master asks for
+    when a server joins, and the sync job ends with the tables and losses of
+    the same job on one server throughout."""
+    config = dlrm_job("python_ddp_add_ps", steps=600)
+    (tmp_path / "job.json").write_text(json.dumps(config))
+    runs = {}
+    for name in ("undisturbed", "added"):
+        d = tmp_path / name
+        d.mkdir()
+        job = local_job(config, num_ps=1, num_trainers=2, master_flags=["--dump_dir", str(d / "dump")])
+
+        def add_server_after_step_100(metrics):
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                if metrics.exists() and len(metrics.read_text().splitlines()) > 100:
+                    job.add_server()
+                    return
+                time.sleep(0.05)
+            raise AssertionError("trainer 0 never passed step 100")
+
+        run_two_python_trainers(job, d, add_server_after_step_100 if name == "added" else None)
+        assert job.wait_master() == 0, job.log("master")
+        runs[name] = (d, (job.tmp / "master.log").read_text(errors="replace"))
+    assert "generation 2: 2 parameter server(s)" in runs["added"][1], runs["added"][1][-3000:]
+    assert "generation 2" not in runs["undisturbed"][1]
+    for r in range(2):
+        a = [json.loads(l)["loss"] for l in (runs["undisturbed"][0] / f"trainer{r}.jsonl").read_text().splitlines()]
+        b = [json.loads(l)["loss"] for l in (runs["added"][0] / f"trainer{r}.jsonl").read_text().splitlines()]
+        assert a == b, f"trainer {r}: losses differ"
+    compare = subprocess.run([str(BUILD / "tests" / "tessera_compare_dumps"), "--config",
+                              str(tmp_path / "job.json"), "--a", str(runs["undisturbed"][0] / "dump"),
+                              "--b", str(runs["added"][0] / "dump"), "--tolerance", "0"],
+                             capture_output=True, text=True)
+    assert compare.returncode == 0, compare.stdout + compare.stderr
