@@ -4,6 +4,7 @@
 // the caller's arrays (copied once into the request, as the C++ trainer's
 // batches are). Every blocking call releases the GIL, so a process may run
 // several sessions (one per thread) and Python threads go on meanwhile.
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -191,6 +192,11 @@ PYBIND11_MODULE(_tessera, m) {
   m.doc() = "Tessera's trainer client: joins a job and looks embeddings up on its parameter servers";
   static bool logging = false;
   if (!logging) {
+    // A library in someone's process: its log goes to stderr, warnings and
+    // up, not into files under /tmp (GLOG_minloglevel=0 and GLOG_log_dir
+    // say otherwise).
+    if (getenv("GLOG_log_dir") == nullptr) FLAGS_logtostderr = true;
+    if (getenv("GLOG_minloglevel") == nullptr) FLAGS_minloglevel = google::GLOG_WARNING;
     google::InitGoogleLogging("tessera-python");
     logging = true;
   }
