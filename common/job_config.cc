@@ -455,14 +455,25 @@ Status ExpandTables(const json& j, std::vector<std::pair<json, std::string>>* ou
 
 }  // namespace
 
-StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_dir) {
+namespace {
+
+// Parses every section of a job config into *c, each on its own, and adds
+// the error of each that fails (its first) to *errors: a config's mistakes
+// all at once (tessera_master --check_config). The checks across sections
+// run only when every section parsed.
+void ParseAllSections(const json& j, const std::string& base_dir, JobConfig* out, std::vector<Status>* errors) {
+  JobConfig& c = *out;
+  auto collect = [errors](const Status& st) {
+    if (!st.ok()) errors->push_back(st);
+  };
   JsonFields f(j, "");
-  TESSERA_RETURN_IF_ERROR(
-      f.OnlyKeys({"name", "cluster", "tables", "table_defaults", "table_families", "model", "data", "training",
-                  "runtime", "checkpoint"}));
-  JobConfig c;
-  TESSERA_RETURN_IF_ERROR(f.String("name", &c.name, false));
-  if (const json* cl = f.Get("cluster")) {
+  collect(f.OnlyKeys({"name", "cluster", "tables", "table_defaults", "table_families", "model", "data", "training",
+                      "runtime", "checkpoint"}));
+  if (!j.is_object()) return;
+  collect(f.String("name", &c.name, false));
+  collect([&]() -> Status {
+    const json* cl = f.Get("cluster");
+    if (cl == nullptr) return Status::OK();
     JsonFields cf(*cl, "cluster");
     TESSERA_RETURN_IF_ERROR(cf.OnlyKeys({"num_ps", "num_trainers", "replicas"}));
     int64_t replicas = c.cluster.replicas;
@@ -473,25 +484,38 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
     TESSERA_RETURN_IF_ERROR(cf.Int("num_trainers", &tr, false, 1, 4096));
     c.cluster.num_ps = static_cast<int>(ps);
     c.cluster.num_trainers = static_cast<int>(tr);
-  }
-  const json* training = nullptr;
-  TESSERA_RETURN_IF_ERROR(f.Object("training", true, &training));
-  TESSERA_RETURN_IF_ERROR(ParseTraining(*training, &c.training));
-  const json* model = nullptr;
-  TESSERA_RETURN_IF_ERROR(f.Object("model", false, &model));
-  c.has_model = model != nullptr;
-  if (c.has_model) TESSERA_RETURN_IF_ERROR(ParseModel(*model, &c.model));
-  const json* data = nullptr;
-  TESSERA_RETURN_IF_ERROR(f.Object("data", true, &data));
-  TESSERA_RETURN_IF_ERROR(ParseData(*data, &c.data, base_dir));
+    return Status::OK();
+  }());
+  collect([&]() -> Status {
+    const json* training = nullptr;
+    TESSERA_RETURN_IF_ERROR(f.Object("training", true, &training));
+    return ParseTraining(*training, &c.training);
+  }());
+  collect([&]() -> Status {
+    const json* model = nullptr;
+    TESSERA_RETURN_IF_ERROR(f.Object("model", false, &model));
+    c.has_model = model != nullptr;
+    return c.has_model ? ParseModel(*model, &c.model) : Status::OK();
+  }());
+  collect([&]() -> Status {
+    const json* data = nullptr;
+    TESSERA_RETURN_IF_ERROR(f.Object("data", true, &data));
+    return ParseData(*data, &c.data, base_dir);
+  }());
   std::vector<std::pair<json, std::string>> tables;
-  TESSERA_RETURN_IF_ERROR(ExpandTables(j, &tables));
-  for (const auto& [spec, path] : tables) {
-    TableConfig t;
-    TESSERA_RETURN_IF_ERROR(ParseTable(spec, path, c.training, &t));
-    c.tables.push_back(std::move(t));
+  const Status expanded = ExpandTables(j, &tables);
+  collect(expanded);
+  if (expanded.ok()) {
+    for (const auto& [spec, path] : tables) {
+      TableConfig t;
+      const Status st = ParseTable(spec, path, c.training, &t);
+      collect(st);
+      if (st.ok()) c.tables.push_back(std::move(t));
+    }
   }
-  if (const json* rt = f.Get("runtime")) {
+  collect([&]() -> Status {
+    const json* rt = f.Get("runtime");
+    if (rt == nullptr) return Status::OK();
     JsonFields rf(*rt, "runtime");
     TESSERA_RETURN_IF_ERROR(rf.OnlyKeys(
         {"heartbeat_ms", "peer_timeout_ms", "connection_loss_ms", "rpc_timeout_ms", "context_ttl_ms", "collective_timeout_ms",
@@ -517,8 +541,11 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
     if (c.runtime.peer_timeout_ms <= c.runtime.heartbeat_ms) {
       return Status::InvalidArgument("runtime.peer_timeout_ms: must exceed runtime.heartbeat_ms");
     }
-  }
-  if (const json* ck = f.Get("checkpoint")) {
+    return Status::OK();
+  }());
+  collect([&]() -> Status {
+    const json* ck = f.Get("checkpoint");
+    if (ck == nullptr) return Status::OK();
     JsonFields cf(*ck, "checkpoint");
     TESSERA_RETURN_IF_ERROR(cf.OnlyKeys({"dir", "every_steps", "keep"}));
     TESSERA_RETURN_IF_ERROR(cf.String("dir", &c.checkpoint.dir, true));
@@ -529,9 +556,33 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
     int64_t keep = c.checkpoint.keep;
     TESSERA_RETURN_IF_ERROR(cf.Int("keep", &keep, false, 1, 1000));
     c.checkpoint.keep = static_cast<int>(keep);
-  }
-  TESSERA_RETURN_IF_ERROR(Validate(c));
+    return Status::OK();
+  }());
+  if (errors->empty()) collect(Validate(c));
+}
+
+}  // namespace
+
+StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_dir) {
+  JobConfig c;
+  std::vector<Status> errors;
+  ParseAllSections(j, base_dir, &c, &errors);
+  if (!errors.empty()) return errors.front();
   return c;
+}
+
+std::vector<Status> CheckJobConfigFile(const std::string& path, JobConfig* out) {
+  std::ifstream in(path);
+  if (!in) return {Status::NotFound("cannot read job config " + path)};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j;
+  const Status st = ParseJson(ss.str(), &j, /*allow_comments=*/true);
+  if (!st.ok()) return {Status::InvalidArgument(path + ": job config is " + st.message())};
+  std::vector<Status> errors;
+  ParseAllSections(j, std::filesystem::absolute(path).parent_path().string(), out, &errors);
+  for (Status& e : errors) e = e.WithContext(path);
+  return errors;
 }
 
 StatusOr<JobConfig> ParseJobConfig(const std::string& text, const std::string& base_dir) {

@@ -16,6 +16,7 @@
 #include "common/control_messages.h"
 #include "common/messages.h"
 #include "common/rpc_client.h"
+#include "master/config_check.h"
 #include "master/master.h"
 #include "master/planner.h"
 #include "master/storage_summary.h"
@@ -33,6 +34,9 @@ DEFINE_int64(register_timeout_ms, 600000, "How long to wait for all members to r
 DEFINE_string(dump_dir, "", "At the end, servers dump shards and trainer 0 its dense model here");
 DEFINE_string(summary_file, "", "Write the job summary (JSON) here");
 DEFINE_bool(print_plan, false, "Print the sharding plan for --num_ps servers and exit");
+DEFINE_string(check_config, "",
+              "Validate this job config, print every error in it at once (or what the job would create: tables, "
+              "rows, bytes, the sharding plan for --num_ps servers) and exit: 0 valid, 1 not");
 DEFINE_bool(resume, false, "Start from the newest complete checkpoint under the config's checkpoint.dir");
 DEFINE_bool(recover, false,
             "Take over a running job whose master died (bind the same address): its servers and trainers "
@@ -133,6 +137,9 @@ int main(int argc, char** argv) {
     }
     std::cout << FLAGS_control << ": accepted" << std::endl;
     return 0;
+  }
+  if (!FLAGS_check_config.empty()) {
+    return tessera::CheckConfigMain(FLAGS_check_config, FLAGS_num_ps, FLAGS_ps_memory_bytes, std::cout);
   }
   if (FLAGS_config.empty()) {
     LOG(ERROR) << "--config is required";
