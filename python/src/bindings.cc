@@ -23,23 +23,14 @@ namespace py = pybind11;
 namespace tessera {
 namespace {
 
-// A 1-D numpy array of exactly dtype T, C-contiguous; `what` names it in the
-// error otherwise. No conversion: a wrong dtype is the caller's mistake, not
-// something to guess around.
+// ExpectArray's, and 1-D.
 template <typename T>
-py::array_t<T> Expect1d(const py::handle& obj, const std::string& what) {
-  if (!py::isinstance<py::array>(obj)) {
-    throw py::type_error(what + ": expected a numpy array, got " + std::string(py::str(obj.get_type())));
-  }
-  auto arr = py::reinterpret_borrow<py::array>(obj);
-  if (!arr.dtype().is(py::dtype::of<T>())) {
-    throw py::type_error(what + ": expected dtype " + std::string(py::str(py::dtype::of<T>())) + ", got " +
-                         std::string(py::str(arr.dtype())));
-  }
+py::array_t<T, py::array::c_style | py::array::forcecast> Expect1d(const py::handle& obj, const std::string& what) {
+  auto arr = ExpectArray<T>(obj, what);
   if (arr.ndim() != 1) {
     throw py::value_error(what + ": expected a 1-D array, got " + std::to_string(arr.ndim()) + " dimensions");
   }
-  return py::array_t<T, py::array::c_style | py::array::forcecast>(arr);
+  return arr;
 }
 
 KeyedJaggedTensor MakeKjt(const std::vector<std::string>& keys, int64_t batch_size, const py::handle& lengths,
@@ -58,14 +49,6 @@ KeyedJaggedTensor MakeKjt(const std::vector<std::string>& keys, int64_t batch_si
   if (batch_size < 0) throw py::value_error("batch_size must be >= 0");
   Check(kjt.Validate());
   return kjt;
-}
-
-// Hands `v` to numpy without a copy: the array's base owns it.
-py::array_t<float> Adopt(std::vector<float>&& v, int64_t rows, int64_t cols) {
-  auto* owned = new std::vector<float>(std::move(v));
-  py::capsule base(owned, [](void* p) { delete static_cast<std::vector<float>*>(p); });
-  return py::array_t<float>({rows, cols}, {cols * static_cast<int64_t>(sizeof(float)), int64_t{sizeof(float)}},
-                            owned->data(), base);
 }
 
 class PySession {
@@ -127,7 +110,7 @@ class PySession {
     for (size_t f = 0; f < out.size(); ++f) {
       const int64_t cols = session_->dims()[f];
       const int64_t rows = static_cast<int64_t>(out[f].size()) / cols;
-      result.append(Adopt(std::move(out[f]), rows, cols));
+      result.append(AdoptVector(std::move(out[f]), {rows, cols}));
     }
     return result;
   }
@@ -146,12 +129,7 @@ class PySession {
   void Push(const py::list& grads) {
     FeatureOutputs g(grads.size());
     for (size_t f = 0; f < g.size(); ++f) {
-      const py::handle obj = grads[f];
-      if (!py::isinstance<py::array>(obj) ||
-          !py::reinterpret_borrow<py::array>(obj).dtype().is(py::dtype::of<float>())) {
-        throw py::type_error("gradient " + std::to_string(f) + ": expected a float32 numpy array");
-      }
-      auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(obj);
+      auto a = ExpectArray<float>(grads[f], "gradient " + std::to_string(f));
       g[f].assign(a.data(), a.data() + a.size());
     }
     Status st;

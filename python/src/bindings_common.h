@@ -1,8 +1,15 @@
-// What the extension's files share: Status to Python exceptions.
+// What the extension's files share: Status to Python exceptions, and
+// numpy arrays in and out.
 #pragma once
 
 #include <Python.h>
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -36,6 +43,30 @@ T Check(StatusOr<T> v) {
 
 inline void Check(const Status& st) {
   if (!st.ok()) Raise(st);
+}
+
+// A numpy array of exactly dtype T (any shape), C-contiguous; `what` names
+// it in the error otherwise. No conversion: a wrong dtype is the caller's
+// mistake, not something to guess around.
+template <typename T>
+py::array_t<T, py::array::c_style | py::array::forcecast> ExpectArray(const py::handle& obj, const std::string& what) {
+  if (!py::isinstance<py::array>(obj)) {
+    throw py::type_error(what + ": expected a numpy array, got " + std::string(py::str(obj.get_type())));
+  }
+  auto arr = py::reinterpret_borrow<py::array>(obj);
+  if (!arr.dtype().is(py::dtype::of<T>())) {
+    throw py::type_error(what + ": expected dtype " + std::string(py::str(py::dtype::of<T>())) + ", got " +
+                         std::string(py::str(arr.dtype())));
+  }
+  return py::array_t<T, py::array::c_style | py::array::forcecast>(arr);
+}
+
+// Hands `v` to numpy without a copy: the array's base owns it.
+template <typename T>
+py::array_t<T> AdoptVector(std::vector<T>&& v, std::vector<int64_t> shape) {
+  auto* owned = new std::vector<T>(std::move(v));
+  py::capsule base(owned, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return py::array_t<T>(std::move(shape), owned->data(), base);
 }
 
 // Binds the job's data, step split and initial DLRM parameters

@@ -32,13 +32,6 @@ StatusOr<JobConfig> JobFromDict(const py::dict& job) {
   return ParseJobConfigJson(j, "");
 }
 
-template <typename T>
-py::array_t<T> ToNumpy(std::vector<T>&& v, std::vector<int64_t> shape) {
-  auto* owned = new std::vector<T>(std::move(v));
-  py::capsule base(owned, [](void* p) { delete static_cast<std::vector<T>*>(p); });
-  return py::array_t<T>(shape, owned->data(), base);
-}
-
 // A job's training or evaluation data, read by position.
 class PyData {
  public:
@@ -72,16 +65,16 @@ class PyData {
     }
     Check(st);
     py::dict out;
-    out["dense"] = ToNumpy(std::move(b.dense), {b.size, static_cast<int64_t>(b.num_dense)});
-    out["labels"] = ToNumpy(std::move(b.labels), {b.size});
+    out["dense"] = AdoptVector(std::move(b.dense), {b.size, static_cast<int64_t>(b.num_dense)});
+    out["labels"] = AdoptVector(std::move(b.labels), {b.size});
     out["keys"] = b.sparse.keys;
     out["batch_size"] = b.sparse.batch_size;
     const int64_t n_lengths = static_cast<int64_t>(b.sparse.lengths.size());
     const int64_t n_values = static_cast<int64_t>(b.sparse.values.size());
-    out["lengths"] = ToNumpy(std::move(b.sparse.lengths), {n_lengths});
-    out["values"] = ToNumpy(std::move(b.sparse.values), {n_values});
+    out["lengths"] = AdoptVector(std::move(b.sparse.lengths), {n_lengths});
+    out["values"] = AdoptVector(std::move(b.sparse.values), {n_values});
     if (b.sparse.weighted()) {
-      out["weights"] = ToNumpy(std::move(b.sparse.weights), {n_values});
+      out["weights"] = AdoptVector(std::move(b.sparse.weights), {n_values});
     } else {
       out["weights"] = py::none();
     }
@@ -133,11 +126,7 @@ void BindData(py::module_& m) {
         std::vector<ParamArray> out;
         for (auto item : arrays) {
           const std::string name = py::str(item.first);
-          if (!py::isinstance<py::array>(item.second) ||
-              !py::reinterpret_borrow<py::array>(item.second).dtype().is(py::dtype::of<float>())) {
-            throw py::type_error("write_params: '" + name + "' must be a float32 numpy array");
-          }
-          auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(item.second);
+          auto a = ExpectArray<float>(item.second, "write_params: '" + name + "'");
           if (a.ndim() > 2) throw py::value_error("write_params: '" + name + "' has more than 2 dimensions");
           const int64_t rows = a.ndim() == 2 ? a.shape(0) : 1;
           const int64_t cols = a.ndim() == 2 ? a.shape(1) : a.size();
@@ -165,7 +154,7 @@ void BindData(py::module_& m) {
           const float* p = flat.data() + info.offset;
           const bool bias = info.name.size() > 5 && info.name.compare(info.name.size() - 5, 5, ".bias") == 0;
           std::vector<int64_t> shape = bias ? std::vector<int64_t>{info.cols} : std::vector<int64_t>{info.rows, info.cols};
-          out[py::str(info.name)] = ToNumpy(std::vector<float>(p, p + info.rows * info.cols), std::move(shape));
+          out[py::str(info.name)] = AdoptVector(std::vector<float>(p, p + info.rows * info.cols), std::move(shape));
         }
         return out;
       },
