@@ -99,8 +99,12 @@ struct Forgery {
 
 class Forger {
  public:
-  // keys_dir empty: a plain client.
-  Forger(std::string name, const std::string& keys_dir, Role role) : name_(std::move(name)) {
+  // keys_dir empty: a plain client. `deadline` bounds each call: a client
+  // that cannot connect waits all of it, and a round lasts as long as its
+  // slowest call, so such a forger gets a short one to leave the rounds
+  // frequent enough that several land while the job trains.
+  Forger(std::string name, const std::string& keys_dir, Role role, milliseconds deadline = milliseconds(1500))
+      : name_(std::move(name)), deadline_(deadline) {
     std::shared_ptr<const JobKeys> keys;
     if (!keys_dir.empty()) keys = JobKeys::Load(keys_dir, role).value();
     client_ = RpcClient::Create(keys).value();
@@ -112,7 +116,7 @@ class Forger {
     std::vector<std::pair<std::string, RpcFuture>> calls;
     const int m = Peer(master, Role::kMaster);
     auto send = [&](int peer, const std::string& what, Message msg) {
-      calls.emplace_back(name_ + ": " + what, client_->Call(peer, std::move(msg), milliseconds(1500)));
+      calls.emplace_back(name_ + ": " + what, client_->Call(peer, std::move(msg), deadline_));
     };
     for (int rank = 0; rank < 2; ++rank) {
       for (int64_t incarnation = 1; incarnation <= 3; ++incarnation) {
@@ -194,6 +198,7 @@ class Forger {
   }
 
   std::string name_;
+  milliseconds deadline_;
   std::unique_ptr<RpcClient> client_;
   std::map<std::string, int> peers_;
 };
@@ -237,7 +242,7 @@ TEST_P(ForgedMessagesTest, AreRefusedAndTheSyncJobEndsBitForBitLikeAnUndisturbed
   } else {
     const std::string other = c.dir() + "/other_keys";
     ASSERT_TRUE(JobKeys::Write(other).ok());
-    senders.push_back({std::make_unique<Forger>("no keys", "", Role::kNone), false, true});
+    senders.push_back({std::make_unique<Forger>("no keys", "", Role::kNone, milliseconds(200)), false, true});
     senders.push_back({std::make_unique<Forger>("another job's trainer key", other, Role::kTrainer), true, true});
     for (Role role : {Role::kTrainer, Role::kPs, Role::kMaster, Role::kOperator}) {
       senders.push_back({std::make_unique<Forger>(std::string("the job's ") + RoleName(role) + " key", c.keys_dir(), role),
