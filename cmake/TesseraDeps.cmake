@@ -16,6 +16,8 @@ else()
   set_property(TARGET PkgConfig::ZMQ PROPERTY INTERFACE_INCLUDE_DIRECTORIES "${TESSERA_ZMQ_INCLUDE_DIR}")
 endif()
 find_package(cppzmq REQUIRED)
+# The roles' Prometheus endpoint (common/metrics_http.h).
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 find_package(gflags REQUIRED)
 find_package(glog REQUIRED)
 find_package(GTest REQUIRED)

@@ -32,6 +32,27 @@ void Wakeup::Drain() {
   }
 }
 
+namespace {
+size_t MessageBytes(const Message& m) {
+  size_t bytes = kHeaderBytes;
+  for (const zmq::message_t& f : m.frames) bytes += f.size();
+  return bytes;
+}
+}  // namespace
+
+void ReplySink::Record(const Header& request, size_t request_bytes, const Message& reply,
+                       std::chrono::steady_clock::time_point received) {
+  const size_t slot = static_cast<size_t>(request.op);
+  OpStats& s = ops[slot < kOpSlots ? slot : 0];
+  s.requests.fetch_add(1, std::memory_order_relaxed);
+  if (reply.header.status != StatusCode::kOk) s.errors.fetch_add(1, std::memory_order_relaxed);
+  s.bytes_in.fetch_add(request_bytes, std::memory_order_relaxed);
+  s.bytes_out.fetch_add(MessageBytes(reply), std::memory_order_relaxed);
+  s.latency.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count());
+}
+
+size_t RequestBytes(const Message& m) { return MessageBytes(m); }
+
 void ReplySink::Push(std::string routing_id, Message&& m) {
   {
     std::lock_guard<std::mutex> lock(mu);

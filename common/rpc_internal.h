@@ -2,10 +2,14 @@
 // and the I/O thread drains, with an eventfd that wakes the I/O thread's poll.
 #pragma once
 
+#include <array>
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <mutex>
 #include <string>
 
+#include "common/prometheus_text.h"
 #include "common/status.h"
 #include "common/wire_format.h"
 
@@ -31,8 +35,23 @@ struct OutgoingReply {
   Message message;
 };
 
+// What a server answered, per opcode, for its metrics (RpcServer::
+// WriteMetrics). Lock-free: recorded by whichever thread replies.
+struct OpStats {
+  std::atomic<uint64_t> requests{0}, errors{0}, bytes_in{0}, bytes_out{0};
+  LatencyHistogram latency;  // from the request's arrival to its reply
+};
+constexpr size_t kOpSlots = 64;  // every Opcode's value is below this
+
+// A request's bytes on the wire: header and frames.
+size_t RequestBytes(const Message& m);
+
 // Replies waiting for the server's I/O thread to send them.
 struct ReplySink {
+  std::array<OpStats, kOpSlots> ops;
+  void Record(const Header& request, size_t request_bytes, const Message& reply,
+              std::chrono::steady_clock::time_point received);
+
   std::mutex mu;
   std::deque<OutgoingReply> queue;  // GUARDED_BY(mu)
   bool closed = false;              // GUARDED_BY(mu)

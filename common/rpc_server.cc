@@ -13,8 +13,14 @@ namespace tessera {
 using rpc_internal::OutgoingReply;
 using rpc_internal::ReplySink;
 
-Responder::Responder(std::shared_ptr<ReplySink> sink, std::string routing_id, Header request, Role peer_role)
-    : sink_(std::move(sink)), routing_id_(std::move(routing_id)), request_(request), peer_role_(peer_role) {}
+Responder::Responder(std::shared_ptr<ReplySink> sink, std::string routing_id, Header request, Role peer_role,
+                     std::chrono::steady_clock::time_point received, size_t request_bytes)
+    : sink_(std::move(sink)),
+      routing_id_(std::move(routing_id)),
+      request_(request),
+      peer_role_(peer_role),
+      received_(received),
+      request_bytes_(request_bytes) {}
 
 Responder& Responder::operator=(Responder&& other) noexcept {
   if (this != &other) {
@@ -23,6 +29,8 @@ Responder& Responder::operator=(Responder&& other) noexcept {
     routing_id_ = std::move(other.routing_id_);
     request_ = other.request_;
     peer_role_ = other.peer_role_;
+    received_ = other.received_;
+    request_bytes_ = other.request_bytes_;
   }
   return *this;
 }
@@ -36,6 +44,7 @@ void Responder::Reply(Message&& reply) {
   reply.header.op = request_.op;
   reply.header.request_id = request_.request_id;
   auto sink = std::move(sink_);
+  sink->Record(request_, request_bytes_, reply, received_);
   sink->Push(std::move(routing_id_), std::move(reply));
 }
 
@@ -123,9 +132,42 @@ void RpcServer::Stop() {
   });
 }
 
+void RpcServer::WriteMetrics(PrometheusText* out, const MetricLabels& labels) const {
+  for (size_t slot = 0; slot < rpc_internal::kOpSlots; ++slot) {
+    const rpc_internal::OpStats& s = sink_->ops[slot];
+    if (s.requests.load(std::memory_order_relaxed) == 0) continue;
+    MetricLabels l = labels;
+    l.emplace_back("op", OpcodeName(static_cast<Opcode>(slot)));
+    out->Counter("tessera_rpc_requests_total", "Requests answered, by opcode.", l,
+                 static_cast<double>(s.requests.load(std::memory_order_relaxed)));
+    out->Counter("tessera_rpc_errors_total", "Requests answered with an error.", l,
+                 static_cast<double>(s.errors.load(std::memory_order_relaxed)));
+    out->Counter("tessera_rpc_received_bytes_total", "Request bytes received (header and frames).", l,
+                 static_cast<double>(s.bytes_in.load(std::memory_order_relaxed)));
+    out->Counter("tessera_rpc_sent_bytes_total", "Reply bytes sent (header and frames).", l,
+                 static_cast<double>(s.bytes_out.load(std::memory_order_relaxed)));
+    s.latency.Write(out, "tessera_rpc_latency_seconds",
+                    "From a request's arrival to its reply (a deferred sync lookup waits for the step).", l);
+  }
+  size_t waiting = 0, replies = 0;
+  {
+    std::lock_guard<std::mutex> lock(work_mu_);
+    waiting = work_.size();
+  }
+  {
+    std::lock_guard<std::mutex> lock(sink_->mu);
+    replies = sink_->queue.size();
+  }
+  out->Gauge("tessera_rpc_queued_requests", "Requests waiting for a worker thread.", labels,
+             static_cast<double>(waiting));
+  out->Gauge("tessera_rpc_queued_replies", "Replies waiting to be sent.", labels, static_cast<double>(replies));
+}
+
 void RpcServer::Dispatch(std::string routing_id, Role peer_role, Message&& request) {
+  const auto received = std::chrono::steady_clock::now();
+  const size_t bytes = rpc_internal::RequestBytes(request);
   if (workers_.empty()) {
-    Responder responder(sink_, std::move(routing_id), request.header, peer_role);
+    Responder responder(sink_, std::move(routing_id), request.header, peer_role, received, bytes);
     try {
       handler_(std::move(request), std::move(responder));
     } catch (const std::exception& e) {
@@ -135,7 +177,7 @@ void RpcServer::Dispatch(std::string routing_id, Role peer_role, Message&& reque
   }
   {
     std::lock_guard<std::mutex> lock(work_mu_);
-    work_.push_back(Work{std::move(routing_id), peer_role, std::move(request)});
+    work_.push_back(Work{std::move(routing_id), peer_role, std::move(request), received, bytes});
   }
   work_cv_.notify_one();
 }
@@ -150,7 +192,7 @@ void RpcServer::WorkerLoop() {
       w = std::move(work_.front());
       work_.pop_front();
     }
-    Responder responder(sink_, std::move(w.routing_id), w.request.header, w.peer_role);
+    Responder responder(sink_, std::move(w.routing_id), w.request.header, w.peer_role, w.received, w.bytes);
     try {
       handler_(std::move(w.request), std::move(responder));
     } catch (const std::exception& e) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/job_keys.h"
+#include "common/prometheus_text.h"
 #include "common/status.h"
 #include "common/wire_format.h"
 
@@ -54,8 +55,12 @@ struct ReplySink;
 class Responder {
  public:
   Responder() = default;
+  // `received` and `request_bytes`: when the request arrived and its size,
+  // for the server's metrics.
   Responder(std::shared_ptr<rpc_internal::ReplySink> sink, std::string routing_id, Header request,
-            Role peer_role = Role::kNone);
+            Role peer_role = Role::kNone,
+            std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now(),
+            size_t request_bytes = 0);
   Responder(Responder&&) noexcept = default;
   Responder& operator=(Responder&&) noexcept;
   Responder(const Responder&) = delete;
@@ -81,6 +86,8 @@ class Responder {
   std::string routing_id_;
   Header request_;
   Role peer_role_ = Role::kNone;
+  std::chrono::steady_clock::time_point received_;
+  size_t request_bytes_ = 0;
 };
 
 // Whether `r` came from the connection `bound` (a routing id; "" is no one's)
@@ -99,6 +106,11 @@ class RpcServer {
 
   // The resolved address clients connect to, e.g. "tcp://127.0.0.1:40123".
   const std::string& endpoint() const { return endpoint_; }
+
+  // Per opcode: requests answered, error replies, bytes in and out, latency
+  // from arrival to reply; and the requests waiting for a worker.
+  // `labels` name this server (role=...).
+  void WriteMetrics(PrometheusText* out, const MetricLabels& labels) const;
 
   // Stops receiving, finishes handlers already running, sends the replies
   // they produced, joins every thread. Idempotent.
@@ -126,8 +138,10 @@ class RpcServer {
     std::string routing_id;
     Role peer_role = Role::kNone;
     Message request;
+    std::chrono::steady_clock::time_point received;
+    size_t bytes = 0;
   };
-  std::mutex work_mu_;
+  mutable std::mutex work_mu_;
   std::condition_variable work_cv_;
   std::deque<Work> work_;  // GUARDED_BY(work_mu_)
   bool workers_done_ = false;  // GUARDED_BY(work_mu_)

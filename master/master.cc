@@ -228,6 +228,7 @@ void Master::PrintProgress() {
         p.examples_per_s / static_cast<double>(std::max<int64_t>(1, job_.training.batch_size * world));
     if (!progress_line_) progress_line_ = std::make_unique<ProgressLine>(std::cout, options_.live_progress);
     const int64_t total = p.total_steps > 0 ? p.total_steps : job_.training.steps;
+    shown_ = ShownProgress{step, total, p.epoch, loss, p.examples_per_s, true};
     progress_line_->Show(FormatProgressLine(step, total, p.epoch, loss, p.examples_per_s, steps_per_s));
   }
 }

@@ -42,6 +42,7 @@
 #include "common/control_messages.h"
 #include "common/job_config.h"
 #include "common/rpc_client.h"
+#include "common/prometheus_text.h"
 #include "common/rpc_server.h"
 #include "common/sharding_plan.h"
 #include "common/status.h"
@@ -104,6 +105,11 @@ class Master {
   // Runs the job to its end. OK with a summary, or the reason it failed
   // (the servers are told to abort, trainers learn it from heartbeats).
   StatusOr<JobSummary> Run();
+
+  // The job as the master sees it, for its metrics endpoint: members, the
+  // last step every trainer reported (loss, examples/s), checkpoints,
+  // recoveries, and its own requests by opcode. Thread-safe.
+  void WriteMetrics(PrometheusText* out) const;
 
   // Ends the job with `reason` (a signal, an operator). Thread-safe.
   void RequestAbort(const std::string& reason);
@@ -284,6 +290,13 @@ class Master {
   Status FindStalledTrainer(Clock::time_point now) const;
   void PrintProgress();  // REQUIRES: mu_ held
   std::unique_ptr<ProgressLine> progress_line_;  // GUARDED_BY(mu_)
+  // The last step every trainer reported, as PrintProgress shows it.
+  struct ShownProgress {
+    int64_t step = 0, total = 0, epoch = 0;
+    double loss = 0, examples_per_s = 0;
+    bool any = false;
+  };
+  ShownProgress shown_;  // GUARDED_BY(mu_)
   void AbortJob(const Status& reason);
   StatusOr<JobSummary> FinishJob();
   // A call to server `member`; the body of its reply. When `watch`, the

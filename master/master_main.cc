@@ -15,6 +15,7 @@
 #include "common/job_keys.h"
 #include "common/control_messages.h"
 #include "common/messages.h"
+#include "common/metrics_http.h"
 #include "common/rpc_client.h"
 #include "master/config_check.h"
 #include "master/master.h"
@@ -30,6 +31,8 @@ DEFINE_string(advertise_host, "", "Host name servers and trainers reach the mast
 DEFINE_string(endpoint_file, "", "Write the master's address here once listening (for launchers)");
 DEFINE_int32(num_ps, 0, "Parameter servers (overrides cluster.num_ps)");
 DEFINE_int32(num_trainers, 0, "Trainers (overrides cluster.num_trainers)");
+DEFINE_int32(metrics_port, -1, "Serve Prometheus metrics at http://ADDRESS:PORT/metrics (0: any free port; -1: off)");
+DEFINE_string(metrics_address, "", "Where the metrics endpoint listens (default: the host of --bind; 0.0.0.0: all)");
 DEFINE_int64(register_timeout_ms, 600000, "How long to wait for all members to register");
 DEFINE_string(dump_dir, "", "At the end, servers dump shards and trainer 0 its dense model here");
 DEFINE_string(summary_file, "", "Write the job summary (JSON) here");
@@ -225,6 +228,16 @@ int main(int argc, char** argv) {
     std::ofstream(tmp) << (*master)->endpoint() << "\n";
     std::rename(tmp.c_str(), FLAGS_endpoint_file.c_str());
   }
+  tessera::MetricsRegistry registry("master");
+  tessera::Master* m = master->get();
+  registry.Add([m](tessera::PrometheusText* out) { m->WriteMetrics(out); });
+  auto metrics =
+      tessera::MaybeServeMetrics(tessera::MetricsAddress(FLAGS_metrics_address, FLAGS_bind), FLAGS_metrics_port, &registry);
+  if (!metrics.ok()) {
+    std::cout << "[master] JOB FAILED: " << metrics.status() << std::endl;
+    return 1;
+  }
+  if (*metrics) std::cout << "[master] metrics on " << (*metrics)->url() << std::endl;
   SignalWatcher watcher(master->get());
   auto summary = (*master)->Run();
   if (!summary.ok()) {

@@ -12,6 +12,7 @@
 #include "common/endpoint.h"
 #include "common/master_registration.h"
 #include "common/messages.h"
+#include "ps/ps_metrics.h"
 
 namespace tessera {
 
@@ -111,6 +112,11 @@ Status ParameterServer::Leave() {
   leave.why = "the server was asked to stop";
   auto reply = client_->CallSync(master_peer_, EncodeJson(Opcode::kCommand, leave.ToJson()), milliseconds(10000));
   return reply.status();
+}
+
+void ParameterServer::WriteMetrics(PrometheusText* out) const {
+  server_->WriteMetrics(out, {{"role", "ps"}});
+  WritePsMetrics(service_->Stats(), out);
 }
 
 void ParameterServer::Stop(const Status& why) {

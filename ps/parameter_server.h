@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/prometheus_text.h"
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
 #include "common/status.h"
@@ -57,6 +58,9 @@ class ParameterServer {
   // Asks the master to drain this server's rows to the others and shut it
   // down (SIGTERM). Thread-safe. On error nothing changes; Stop() ends it.
   Status Leave();
+  // This server's figures for its metrics endpoint: its requests (by
+  // opcode), shards and tiers. Thread-safe.
+  void WriteMetrics(PrometheusText* out) const;
   // Makes Run() return `why` at its next heartbeat. Thread-safe.
   void Stop(const Status& why);
 

@@ -12,6 +12,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "common/metrics_http.h"
 #include "common/net_address.h"
 #include "kernels/device_choice.h"
 #include "ps/parameter_server.h"
@@ -40,6 +41,8 @@ DEFINE_int64(gpu_tier_min_rows, 16384,
              "--gpu_bytes; a request's distinct rows of a shard must fit at once");
 DEFINE_bool(gpu_tier_on_host, false,
             "Testing: run the GPU tier's logic with its rows in host memory (needs --gpu_bytes), no GPU needed");
+DEFINE_int32(metrics_port, -1, "Serve Prometheus metrics at http://ADDRESS:PORT/metrics (0: any free port; -1: off)");
+DEFINE_string(metrics_address, "", "Where the metrics endpoint listens (default: the host of --bind; 0.0.0.0: all)");
 DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
 DEFINE_string(test_crash_on, "",
               "Fault injection for tests: OP:N ends the process (exit 9) when the Nth request OP "
@@ -121,11 +124,21 @@ int main(int argc, char** argv) {
       std::_Exit(9);
     };
   }
+  // Before registering: a port in use fails the start, not a joined job.
+  tessera::MetricsRegistry registry("ps");
+  auto metrics =
+      tessera::MaybeServeMetrics(tessera::MetricsAddress(FLAGS_metrics_address, FLAGS_bind), FLAGS_metrics_port, &registry);
+  if (!metrics.ok()) {
+    LOG(ERROR) << "parameter server failed to start: " << metrics.status();
+    return 1;
+  }
   auto ps = tessera::ParameterServer::Start(options);
   if (!ps.ok()) {
     LOG(ERROR) << "parameter server failed to start: " << ps.status();
     return 1;
   }
+  tessera::ParameterServer* ps_server = ps->get();
+  registry.Add([ps_server](tessera::PrometheusText* out) { ps_server->WriteMetrics(out); });
   // SIGTERM (or SIGINT) drains this server's rows to the others through the
   // master; the master then shuts it down and it exits 0. Where the master
   // cannot (the last server) it stops at once, exit 1.
@@ -151,6 +164,7 @@ int main(int argc, char** argv) {
     }
   });
   tessera::Status st = (*ps)->Run();
+  metrics->reset();  // no scrape may reach the server once it is gone
   done = true;
   watcher.join();
   if (st.code() == tessera::StatusCode::kAborted) {

@@ -771,7 +771,8 @@ json PsService::Stats() const {
                  {"rocksdb_rows_read", st.rocksdb_rows_read},
                  {"rocksdb_rows_written", st.rocksdb_rows_written},
                  {"rocksdb_bytes_read", st.rocksdb_bytes_read},
-                 {"rocksdb_bytes_written", st.rocksdb_bytes_written}});
+                 {"rocksdb_bytes_written", st.rocksdb_bytes_written},
+                 {"rocksdb_write_stalls", st.rocksdb_write_stalls}});
   }
   std::lock_guard<std::mutex> lock(mu_);
   return json{{"ps_rank", ps_rank_.load()},

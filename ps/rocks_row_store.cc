@@ -14,9 +14,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -325,6 +327,13 @@ void RowDb::AddTraffic(RowStoreStats* stats) const {
   stats->rocksdb_bytes_read += bytes_read_.load(std::memory_order_relaxed);
   stats->rocksdb_rows_written += rows_written_.load(std::memory_order_relaxed);
   stats->rocksdb_bytes_written += bytes_written_.load(std::memory_order_relaxed);
+  std::map<std::string, std::string> cf;
+  if (db_ && db_->GetMapProperty(rocksdb::DB::Properties::kCFStats, &cf)) {
+    for (const char* key : {"io_stalls.total_stop", "io_stalls.total_slowdown"}) {
+      auto it = cf.find(key);
+      if (it != cf.end()) stats->rocksdb_write_stalls += std::strtoll(it->second.c_str(), nullptr, 10);
+    }
+  }
 }
 
 namespace {

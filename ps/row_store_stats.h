@@ -35,6 +35,9 @@ struct RowStoreStats {
   int64_t rocksdb_bytes_read = 0;
   int64_t rocksdb_rows_written = 0;
   int64_t rocksdb_bytes_written = 0;
+  // Writes RocksDB stopped or slowed down because compaction fell behind
+  // (its column family's io_stalls.total_stop + total_slowdown).
+  int64_t rocksdb_write_stalls = 0;
 
   // The tier called `name`, or nullptr.
   const TierStats* tier(const std::string& name) const {

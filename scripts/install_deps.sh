@@ -12,6 +12,7 @@ PKGS=(
   libgloo-dev                 # CPU collectives
   libopenblas-dev             # dense layers
   nlohmann-json3-dev          # job config and control-plane JSON
+  libcpp-httplib-dev          # the roles' Prometheus endpoint (--metrics_port)
   python3-dev pybind11-dev    # the Python package's extension (python/)
   clang libclang-rt-dev       # fuzz targets: libFuzzer (only recommended by clang, so named)
   iproute2 ethtool            # tests/cluster: test hosts in network namespaces (ip, tc; offloads off for the lossy hop)

@@ -35,6 +35,8 @@ namespace tessera {
 using nlohmann::json;
 using std::chrono::milliseconds;
 
+void Trainer::WriteMetrics(PrometheusText* out) const { metrics_.Write(out, member_->rank()); }
+
 std::string Trainer::GpuPathMissing() {
 #if defined(TESSERA_HAVE_NCCL)
   return "";
@@ -125,6 +127,7 @@ Status Trainer::Train(const GenerationStart& start, json* report) {
   lo.generation = generation;
   lo.stop = member_->stop_training();
   lo.steps_done = member_->steps_done();
+  lo.step_metrics = &metrics_;
   if (options_.test_stall_at_step >= 0) {
     lo.before_step = [this](int64_t step) {
       if (step != options_.test_stall_at_step) return;
@@ -179,6 +182,7 @@ Status Trainer::Train(const GenerationStart& start, json* report) {
   if (member_->rank() == 0 && eval_data) {
     TESSERA_ASSIGN_OR_RETURN(json eval, loop.Evaluate(eval_data.get(), static_cast<uint64_t>(result.steps)));
     LOG(INFO) << "trainer 0: eval " << eval.dump();
+    metrics_.RecordEvaluation(result.steps, eval);
     (*report)["eval"] = eval;
   }
   const std::string& dump_dir = start.info.dump_dir;

@@ -17,6 +17,7 @@
 #include "trainer/collective.h"
 #include "trainer/embedding_client.h"
 #include "trainer/trainer_member.h"
+#include "trainer/trainer_metrics.h"
 
 namespace tessera {
 
@@ -56,6 +57,9 @@ class Trainer {
   // Trains the job to its end and reports to the master.
   Status Run();
 
+  // This trainer's figures for its metrics endpoint. Thread-safe.
+  void WriteMetrics(PrometheusText* out) const;
+
  private:
   using GenerationStart = TrainerMember::GenerationStart;
   Trainer() = default;
@@ -73,6 +77,7 @@ class Trainer {
   TrainerOptions options_;
   std::unique_ptr<TrainerMember> member_;
   std::unique_ptr<Store> store_;  // the master's store (MasterStore), where the collectives meet
+  TrainerMetrics metrics_;
   int barriers_arrived_ = 0;  // checkpoint barriers, all generations (test_crash_in_checkpoint); training thread
 };
 

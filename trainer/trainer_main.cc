@@ -7,6 +7,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "common/metrics_http.h"
 #include "common/net_address.h"
 #include "kernels/device_choice.h"
 #include "trainer/trainer.h"
@@ -17,6 +18,8 @@ DEFINE_string(master, "", "The master's address, tcp://HOST:PORT");
 DEFINE_int32(rank, 0, "This trainer's rank in [0, world)");
 DEFINE_int32(world, 1, "Number of trainers in the job");
 DEFINE_string(metrics_file, "", "Write one JSON line of metrics per step here");
+DEFINE_int32(metrics_port, -1, "Serve Prometheus metrics at http://ADDRESS:PORT/metrics (0: any free port; -1: off)");
+DEFINE_string(metrics_address, "127.0.0.1", "Where the metrics endpoint listens (0.0.0.0: every interface)");
 DEFINE_string(host, "",
               "Address of this trainer for the collective (its peers connect here; default: the address of the "
               "interface the route to the master goes through)");
@@ -79,12 +82,22 @@ int main(int argc, char** argv) {
       std::_Exit(code);
     }).detach();
   };
+  // Before registering: a port in use fails the start, not a joined job.
+  tessera::MetricsRegistry registry("trainer");
+  auto metrics = tessera::MaybeServeMetrics(FLAGS_metrics_address, FLAGS_metrics_port, &registry);
+  if (!metrics.ok()) {
+    LOG(ERROR) << "trainer failed to start: " << metrics.status();
+    return 1;
+  }
   auto trainer = tessera::Trainer::Start(options);
   if (!trainer.ok()) {
     LOG(ERROR) << "trainer failed to start: " << trainer.status();
     return 1;
   }
+  tessera::Trainer* t = trainer->get();
+  registry.Add([t](tessera::PrometheusText* out) { t->WriteMetrics(out); });
   tessera::Status st = (*trainer)->Run();
+  metrics->reset();  // no scrape may reach the trainer once it is gone
   if (st.code() == tessera::StatusCode::kAborted) {
     LOG(ERROR) << "trainer " << FLAGS_rank << ": " << st;
     return 2;

@@ -193,6 +193,17 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
     window_examples += batch.size;
     timed_examples += batch.size;
     result.examples += batch.size;
+    if (options_.step_metrics != nullptr) {
+      StepPhases phases;
+      phases.data = Seconds(t0, t1);
+      phases.lookup = Seconds(t1, t2);
+      phases.dense = Seconds(t2, t3);
+      phases.allreduce = Seconds(t3, t4);
+      phases.push = Seconds(t4, t5);
+      phases.total = step_s;
+      options_.step_metrics->RecordStep(step, options_.generation, share.epoch, loss, batch.size, phases,
+                                        embeddings_->last_lookup_bytes(), embeddings_->last_reply_bytes());
+    }
     if (metrics.is_open()) {
       nlohmann::json line = {{"step", step},
                              {"generation", options_.generation},

@@ -24,6 +24,7 @@
 #include "trainer/dense_optimizer.h"
 #include "trainer/dlrm_model.h"
 #include "trainer/embedding_client.h"
+#include "trainer/trainer_metrics.h"
 
 namespace tessera {
 
@@ -44,6 +45,8 @@ struct TrainingLoopOptions {
   const std::atomic<bool>* stop = nullptr;
   // Counts every step finished (for the master's stall watchdog).
   std::atomic<int64_t>* steps_done = nullptr;
+  // Figures of every step for the metrics endpoint; may be null.
+  TrainerMetrics* step_metrics = nullptr;
   // Called before each step; fault injection for tests (a stuck trainer).
   std::function<void(int64_t step)> before_step;
 

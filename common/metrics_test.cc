@@ -1,0 +1,131 @@
+#include <httplib.h>
+
+#include <chrono>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "common/metrics_http.h"
+#include "common/prometheus_text.h"
+#include "common/rpc_client.h"
+#include "common/rpc_server.h"
+
+namespace tessera {
+namespace {
+
+using std::chrono::milliseconds;
+
+bool Contains(const std::string& text, const std::string& line) { return text.find(line) != std::string::npos; }
+
+TEST(PrometheusTextTest, GroupsEachFamilysSamplesUnderOneHeaderAndEscapesLabels) {
+  PrometheusText t;
+  t.Counter("tessera_x_total", "X.", {{"table", "a"}}, 3);
+  t.Gauge("tessera_y", "Y.", {}, 0.25);
+  t.Counter("tessera_x_total", "other help", {{"table", "b\"q\\\n"}}, 1e20);
+  EXPECT_EQ(t.Render(),
+            "# HELP tessera_x_total X.\n"
+            "# TYPE tessera_x_total counter\n"
+            "tessera_x_total{table=\"a\"} 3\n"
+            "tessera_x_total{table=\"b\\\"q\\\\\\n\"} 1e+20\n"
+            "# HELP tessera_y Y.\n"
+            "# TYPE tessera_y gauge\n"
+            "tessera_y 0.25\n");
+}
+
+TEST(PrometheusTextTest, HistogramBucketsAreCumulativeWithInfSumAndCount) {
+  LatencyHistogram h;
+  h.Observe(5e-5);   // first bucket
+  h.Observe(1e-3);   // on a bound: counts in it (le is <=)
+  h.Observe(100.0);  // above every bound
+  PrometheusText t;
+  h.Write(&t, "tessera_lat_seconds", "L.", {{"op", "LOOKUP"}});
+  const std::string text = t.Render();
+  EXPECT_TRUE(Contains(text, "# TYPE tessera_lat_seconds histogram\n")) << text;
+  EXPECT_TRUE(Contains(text, "tessera_lat_seconds_bucket{op=\"LOOKUP\",le=\"1e-04\"} 1\n")) << text;
+  EXPECT_TRUE(Contains(text, "tessera_lat_seconds_bucket{op=\"LOOKUP\",le=\"5e-04\"} 1\n")) << text;
+  EXPECT_TRUE(Contains(text, "tessera_lat_seconds_bucket{op=\"LOOKUP\",le=\"0.001\"} 2\n")) << text;
+  EXPECT_TRUE(Contains(text, "tessera_lat_seconds_bucket{op=\"LOOKUP\",le=\"10\"} 2\n")) << text;
+  EXPECT_TRUE(Contains(text, "tessera_lat_seconds_bucket{op=\"LOOKUP\",le=\"+Inf\"} 3\n")) << text;
+  EXPECT_TRUE(Contains(text, "tessera_lat_seconds_count{op=\"LOOKUP\"} 3\n")) << text;
+  EXPECT_TRUE(Contains(text, "tessera_lat_seconds_sum{op=\"LOOKUP\"} 100.00105")) << text;
+}
+
+TEST(MetricsHttpServerTest, ServesTheRegistryAtSlashMetricsAndNothingElse) {
+  MetricsRegistry registry("ps");
+  int scrapes = 0;
+  registry.Add([&](PrometheusText* t) { t->Counter("tessera_scrapes_total", "Scrapes.", {}, ++scrapes); });
+  auto server = MetricsHttpServer::Start("127.0.0.1", 0, &registry);
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client("127.0.0.1", (*server)->port());
+  client.set_read_timeout(5, 0);
+  for (int i = 1; i <= 2; ++i) {
+    auto res = client.Get("/metrics");
+    ASSERT_TRUE(res) << httplib::to_string(res.error());
+    EXPECT_EQ(res->status, 200);
+    EXPECT_TRUE(Contains(res->get_header_value("Content-Type"), "text/plain")) << res->get_header_value("Content-Type");
+    EXPECT_TRUE(Contains(res->body, "tessera_scrapes_total " + std::to_string(i) + "\n")) << res->body;
+    EXPECT_TRUE(Contains(res->body, "tessera_process_resident_memory_bytes{role=\"ps\"} ")) << res->body;
+    EXPECT_TRUE(Contains(res->body, "tessera_process_cpu_seconds_total{role=\"ps\"} ")) << res->body;
+  }
+  auto other = client.Get("/");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  auto post = client.Post("/metrics", "x", "text/plain");
+  ASSERT_TRUE(post);
+  EXPECT_NE(post->status, 200);
+  EXPECT_EQ(scrapes, 2);
+}
+
+TEST(MetricsHttpServerTest, APortInUseIsAClearError) {
+  MetricsRegistry registry("ps");
+  auto first = MetricsHttpServer::Start("127.0.0.1", 0, &registry);
+  ASSERT_TRUE(first.ok());
+  auto second = MetricsHttpServer::Start("127.0.0.1", (*first)->port(), &registry);
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(Contains(second.status().message(), "cannot bind")) << second.status();
+  EXPECT_FALSE(MetricsHttpServer::Start("127.0.0.1", 70000, &registry).ok());
+}
+
+TEST(MetricsAddressTest, FollowsTheRolesBindUnlessGiven) {
+  EXPECT_EQ(MetricsAddress("10.0.0.5", "tcp://127.0.0.1:0"), "10.0.0.5");
+  EXPECT_EQ(MetricsAddress("", "tcp://127.0.0.1:5555"), "127.0.0.1");
+  EXPECT_EQ(MetricsAddress("", "tcp://*:5555"), "0.0.0.0");
+  EXPECT_EQ(MetricsAddress("", "tcp://0.0.0.0:0"), "0.0.0.0");
+  EXPECT_EQ(MetricsAddress("", "tcp://[::1]:5555"), "::1");
+  EXPECT_EQ(MetricsAddress("", ""), "127.0.0.1");
+}
+
+TEST(RpcServerMetricsTest, CountsRequestsErrorsAndBytesPerOpcode) {
+  RpcServerOptions options;
+  auto server = RpcServer::Start(options, [](Message&& m, Responder r) {
+    if (m.header.op == Opcode::kHeartbeat) {
+      r.ReplyOk();
+    } else {
+      r.ReplyError(Status::InvalidArgument("no"));
+    }
+  });
+  ASSERT_TRUE(server.ok());
+  auto client = RpcClient::Create();
+  ASSERT_TRUE(client.ok());
+  auto peer = (*client)->Connect((*server)->endpoint());
+  ASSERT_TRUE(peer.ok());
+  for (int i = 0; i < 3; ++i) {
+    Message m(Opcode::kHeartbeat);
+    m.AddString("0123456789");
+    ASSERT_TRUE((*client)->Call(*peer, std::move(m), milliseconds(5000)).Wait().ok());
+  }
+  EXPECT_FALSE((*client)->Call(*peer, Message(Opcode::kLookup), milliseconds(5000)).Wait().ok());
+  PrometheusText t;
+  (*server)->WriteMetrics(&t, {{"role", "test"}});
+  const std::string text = t.Render();
+  EXPECT_TRUE(Contains(text, "tessera_rpc_requests_total{role=\"test\",op=\"HEARTBEAT\"} 3\n")) << text;
+  EXPECT_TRUE(Contains(text, "tessera_rpc_errors_total{role=\"test\",op=\"HEARTBEAT\"} 0\n")) << text;
+  EXPECT_TRUE(Contains(text, "tessera_rpc_errors_total{role=\"test\",op=\"LOOKUP\"} 1\n")) << text;
+  // Three requests of a 24-byte header and a 10-byte frame.
+  EXPECT_TRUE(Contains(text, "tessera_rpc_received_bytes_total{role=\"test\",op=\"HEARTBEAT\"} 102\n")) << text;
+  EXPECT_TRUE(Contains(text, "tessera_rpc_latency_seconds_count{role=\"test\",op=\"HEARTBEAT\"} 3\n")) << text;
+  EXPECT_TRUE(Contains(text, "tessera_rpc_queued_requests{role=\"test\"} 0\n")) << text;
+}
+
+}  // namespace
+}  // namespace tessera
