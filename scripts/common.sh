@@ -1,6 +1,18 @@
 # Shared by the launch scripts (and their test): where the binaries are,
 # whether a process runs.
 TESSERA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The binaries: all from TESSERA_BIN_DIR when it is set (a GPU bundle's bin/);
+# else from TESSERA_BUILD_DIR when it is set; else, for scripts installed by
+# cmake --install or the .deb (install_layout.sh beside them, naming the
+# prefix's bin/), the installed ones; else the checkout's build/.
+TESSERA_INSTALLED_BIN_DIR=""
+if [ -f "$(dirname "${BASH_SOURCE[0]}")/install_layout.sh" ]; then
+  # shellcheck source=/dev/null  # written by cmake/TesseraInstall.cmake
+  source "$(dirname "${BASH_SOURCE[0]}")/install_layout.sh"
+  if [ -z "${TESSERA_BIN_DIR:-}" ] && [ -z "${TESSERA_BUILD_DIR:-}" ]; then
+    TESSERA_BIN_DIR="$TESSERA_INSTALLED_BIN_DIR"
+  fi
+fi
 TESSERA_BUILD_DIR="${TESSERA_BUILD_DIR:-$TESSERA_ROOT/build}"
 tessera_bin() {
   local path

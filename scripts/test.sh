@@ -56,7 +56,7 @@ PYTHON_TARGET=""
 [ -f "$ROOT/build/python/Makefile" ] && PYTHON_TARGET=tessera_python  # configured where pybind11 is found
 # shellcheck disable=SC2086
 cmake --build "$ROOT/build" -j"$JOBS" --target $TEST_TARGETS tessera_master tessera_ps tessera_trainer \
-  tessera_compare_dumps $PYTHON_TARGET
+  tessera_compare_dumps tessera_install_targets $PYTHON_TARGET
 # A second build of an unchanged tree, as the README's and the benchmarks'
 # scripts/build.sh does it, must find nothing to do.
 if "$ROOT/scripts/build.sh" --target tessera_master --target tessera_ps --target tessera_trainer |
