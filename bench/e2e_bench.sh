@@ -45,6 +45,9 @@ TARGETS=(--target tessera_master --target tessera_ps --target tessera_trainer)
 "$ROOT/scripts/build.sh" "${TARGETS[@]}" >/dev/null
 OUT="$ROOT/run/bench"
 mkdir -p "$OUT"
+# This run's results (results.jsonl keeps every run's), for its plot.
+LAST="$OUT/last_results.jsonl"
+: >"$LAST"
 
 tessera_run() {  # workload [python] -> examples/s
   local w="$1" ps=1 cfg="$OUT/$1.json" run="$OUT/tessera_$1" trainer=()
@@ -104,8 +107,20 @@ for w in $WORKLOADS; do
       printf '%-4s %-8s %14s %14s %7s   (PyTorch trainers: %s of the C++ trainers)\n' "$w" "$LABEL+py" "$py" "$p" \
         "$(python3 -c "print('%.2f' % ($py / $p))" 2>/dev/null || echo n/a)" \
         "$(python3 -c "print('%.2f' % ($py / $t))")"
-      echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$LABEL+py\", \"steps\": $STEPS, \"tessera_examples_per_s\": $py, \"cpp_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\"}" >>"$OUT/results.jsonl"
+      echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$LABEL+py\", \"steps\": $STEPS, \"tessera_examples_per_s\": $py, \"cpp_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\"}" | tee -a "$LAST" >>"$OUT/results.jsonl"
     fi
-    echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$LABEL\", \"steps\": $STEPS, \"tessera_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\", \"ratio\": \"$ratio\"}" >>"$OUT/results.jsonl"
+    echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$LABEL\", \"steps\": $STEPS, \"tessera_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\", \"ratio\": \"$ratio\"}" | tee -a "$LAST" >>"$OUT/results.jsonl"
   done
 done
+
+# Pictures (Debian's python3-matplotlib; skipped, said, without): the
+# ratios of this run, and the Tessera runs' loss, examples/s and step time.
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  "$ROOT/scripts/plot_bench.py" "$LAST" --out "$OUT/e2e.png" \
+    --title "examples/s, Tessera $LABEL vs the PyTorch RPC peer (median of $REPEATS)"
+  runs=()
+  for w in $WORKLOADS; do runs+=("$OUT/tessera_$w"); done
+  "$ROOT/scripts/plot_run.py" "${runs[@]}" --out "$OUT/plots" >/dev/null && echo "$OUT/plots/*.png"
+else
+  echo "(no plots: python3-matplotlib is not installed)"
+fi

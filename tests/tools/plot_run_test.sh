@@ -45,3 +45,20 @@ if out=$("$ROOT/scripts/plot_run.py" "$dir/nothing" 2>&1); then
 fi
 echo "$out" | grep -q "nothing: no such run folder" || { echo "FAIL: unclear error: $out" >&2; exit 1; }
 echo "PASS: three PNGs for two runs; damaged and missing inputs refused"
+
+# scripts/plot_bench.py: bench/e2e_bench.sh's results, repeats and a peer
+# that could not run (n/a) included; a damaged line is named.
+cat >"$dir/results.jsonl" <<'JSONL'
+{"workload": "w1", "mode": "sync", "steps": 200, "tessera_examples_per_s": 70000, "peer_examples_per_s": "48000", "ratio": "1.46"}
+{"workload": "w1", "mode": "sync", "steps": 200, "tessera_examples_per_s": 72000, "peer_examples_per_s": "47000", "ratio": "1.53"}
+{"workload": "w2", "mode": "sync", "steps": 200, "tessera_examples_per_s": 30000, "peer_examples_per_s": "n/a", "ratio": "n/a"}
+JSONL
+"$ROOT/scripts/plot_bench.py" "$dir/results.jsonl" --out "$dir/e2e.png"
+[ "$(head -c 4 "$dir/e2e.png" | tail -c 3)" = "PNG" ] || { echo "FAIL: e2e.png is not a PNG" >&2; exit 1; }
+echo '{"workload": "w1", "mode": ' >>"$dir/results.jsonl"
+if out=$("$ROOT/scripts/plot_bench.py" "$dir/results.jsonl" --out "$dir/bad.png" 2>&1); then
+  echo "FAIL: a damaged results file was plotted" >&2
+  exit 1
+fi
+echo "$out" | grep -q "results.jsonl:4: not a result line" || { echo "FAIL: unclear error: $out" >&2; exit 1; }
+echo "PASS: a benchmark plot from results with repeats and a missing peer; a damaged line refused"
