@@ -175,16 +175,110 @@ Status ParseTable(const json& j, const std::string& path, const TrainingConfig& 
   return Status::OK();
 }
 
+const char* const kCsvKeys[] = {"delimiter", "header", "eval_header", "columns", "label", "dense", "sparse",
+                                 "eval_fraction"};
+
+// The "csv" source's keys of `data` (f), into *c. Each column a key names
+// must be among `columns` when that is given; the file's header is checked
+// when the file is opened.
+Status ParseCsvData(const JsonFields& f, bool has_eval_path, CsvDataConfig* c) {
+  std::string delimiter(1, c->delimiter);
+  TESSERA_RETURN_IF_ERROR(f.String("delimiter", &delimiter, false));
+  if (delimiter.size() != 1 || delimiter == "\n" || delimiter == "\r" || delimiter == "\"") {
+    return Status::InvalidArgument(f.PathOf("delimiter") + ": must be one character such as \",\" or \"\\t\", got \"" +
+                                   delimiter + "\"");
+  }
+  c->delimiter = delimiter[0];
+  TESSERA_RETURN_IF_ERROR(f.Bool("header", &c->header, false));
+  c->eval_header = c->header;
+  TESSERA_RETURN_IF_ERROR(f.Bool("eval_header", &c->eval_header, false));
+  TESSERA_RETURN_IF_ERROR(f.StringList("columns", &c->columns, false));
+  if (c->columns.empty() && (!c->header || (has_eval_path && !c->eval_header))) {
+    return Status::InvalidArgument(f.PathOf("columns") + ": required when a file has no header line (data.header "
+                                   "or data.eval_header is false)");
+  }
+  std::set<std::string> known;
+  for (const std::string& name : c->columns) {
+    if (name.empty() || !known.insert(name).second) {
+      return Status::InvalidArgument(f.PathOf("columns") + ": column '" + name + "' is empty or listed twice");
+    }
+  }
+  auto check_known = [&](const std::string& path, const std::string& name) {
+    if (name.empty()) return Status::InvalidArgument(path + ": must not be empty");
+    if (!c->columns.empty() && !known.count(name)) {
+      return Status::InvalidArgument(path + ": column '" + name + "' is not among data.columns");
+    }
+    return Status::OK();
+  };
+
+  const json* label = nullptr;
+  TESSERA_RETURN_IF_ERROR(f.Object("label", true, &label));
+  JsonFields lf(*label, f.PathOf("label"));
+  TESSERA_RETURN_IF_ERROR(lf.OnlyKeys({"column", "threshold"}));
+  TESSERA_RETURN_IF_ERROR(lf.String("column", &c->label_column, true));
+  TESSERA_RETURN_IF_ERROR(check_known(lf.PathOf("column"), c->label_column));
+  c->has_label_threshold = lf.Has("threshold");
+  TESSERA_RETURN_IF_ERROR(lf.Float("threshold", &c->label_threshold, false));
+
+  std::set<std::string> used = {c->label_column};
+  if (const json* dense = f.Get("dense")) {
+    if (!dense->is_array()) return Status::InvalidArgument(f.PathOf("dense") + ": must be a list");
+    for (size_t i = 0; i < dense->size(); ++i) {
+      const std::string path = f.PathOf("dense") + "[" + std::to_string(i) + "]";
+      CsvDenseColumn col;
+      if ((*dense)[i].is_string()) {
+        col.column = (*dense)[i].get<std::string>();
+      } else {
+        JsonFields df((*dense)[i], path);
+        TESSERA_RETURN_IF_ERROR(df.OnlyKeys({"column", "log1p"}));
+        TESSERA_RETURN_IF_ERROR(df.String("column", &col.column, true));
+        TESSERA_RETURN_IF_ERROR(df.Bool("log1p", &col.log1p, false));
+      }
+      TESSERA_RETURN_IF_ERROR(check_known(path, col.column));
+      if (!used.insert(col.column).second) {
+        return Status::InvalidArgument(path + ": column '" + col.column + "' is already the label or a dense column");
+      }
+      c->dense.push_back(col);
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(f.StringList("sparse", &c->sparse, true));
+  std::set<std::string> sparse;
+  for (size_t i = 0; i < c->sparse.size(); ++i) {
+    const std::string path = f.PathOf("sparse") + "[" + std::to_string(i) + "]";
+    TESSERA_RETURN_IF_ERROR(check_known(path, c->sparse[i]));
+    if (c->sparse[i] == c->label_column || !sparse.insert(c->sparse[i]).second) {
+      return Status::InvalidArgument(path + ": column '" + c->sparse[i] + "' is the label or listed twice");
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(f.Float("eval_fraction", &c->eval_fraction, false));
+  if (!(c->eval_fraction >= 0 && c->eval_fraction < 1)) {
+    return Status::InvalidArgument(f.PathOf("eval_fraction") + ": must be in [0, 1)");
+  }
+  if (c->eval_fraction > 0 && has_eval_path) {
+    return Status::InvalidArgument(f.PathOf("eval_fraction") + ": give data.eval_path or data.eval_fraction, not both");
+  }
+  return Status::OK();
+}
+
 Status ParseData(const json& j, DataConfig* d, const std::string& base_dir) {
   JsonFields f(j, "data");
   TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"source", "path", "eval_path", "fallback_to_synthetic", "max_examples",
-                                      "num_examples", "ids_per_bag", "zipf", "labels", "weighted"}));
+                                      "num_examples", "ids_per_bag", "zipf", "labels", "weighted", "delimiter",
+                                      "header", "eval_header", "columns", "label", "dense", "sparse",
+                                      "eval_fraction"}));
   TESSERA_RETURN_IF_ERROR(f.String("source", &d->source, true));
-  if (d->source != "criteo" && d->source != "synthetic") {
-    return Status::InvalidArgument("data.source: unknown source '" + d->source + "' (known: criteo, synthetic)");
+  if (d->source != "criteo" && d->source != "csv" && d->source != "synthetic") {
+    return Status::InvalidArgument("data.source: unknown source '" + d->source + "' (known: criteo, csv, synthetic)");
   }
-  TESSERA_RETURN_IF_ERROR(f.String("path", &d->path, d->source == "criteo"));
+  TESSERA_RETURN_IF_ERROR(f.String("path", &d->path, d->source != "synthetic"));
   TESSERA_RETURN_IF_ERROR(f.String("eval_path", &d->eval_path, false));
+  if (d->source == "csv") {
+    TESSERA_RETURN_IF_ERROR(ParseCsvData(f, !d->eval_path.empty(), &d->csv));
+  } else {
+    for (const char* key : kCsvKeys) {
+      if (f.Has(key)) return Status::InvalidArgument(f.PathOf(key) + ": only for data.source 'csv'");
+    }
+  }
   auto resolve = [&](std::string* p) {
     if (!p->empty() && std::filesystem::path(*p).is_relative() && !base_dir.empty()) {
       *p = (std::filesystem::path(base_dir) / *p).lexically_normal().string();
@@ -316,6 +410,26 @@ Status Validate(const JobConfig& c) {
     }
     if (c.model.num_dense_features != 0 && c.model.num_dense_features != 13) {
       return Status::InvalidArgument("model.num_dense_features: the criteo source has 13 dense features (or use 0)");
+    }
+  }
+  if (c.data.source == "csv") {
+    // Every feature is a sparse column and the other way round, so a typo in
+    // either list is an error rather than a feature that is never fed.
+    const std::vector<std::string>& sparse = c.data.csv.sparse;
+    for (const std::string& feature : features) {
+      if (std::find(sparse.begin(), sparse.end(), feature) == sparse.end()) {
+        return Status::InvalidArgument("feature '" + feature + "': not among data.sparse, the csv source's features");
+      }
+    }
+    for (size_t i = 0; i < sparse.size(); ++i) {
+      if (!features.count(sparse[i])) {
+        return Status::InvalidArgument("data.sparse[" + std::to_string(i) + "]: column '" + sparse[i] +
+                                       "' is not a feature of any table");
+      }
+    }
+    if (c.has_model && c.model.num_dense_features != static_cast<int>(c.data.csv.dense.size())) {
+      return Status::InvalidArgument("model.num_dense_features: must equal the " +
+                                     std::to_string(c.data.csv.dense.size()) + " columns of data.dense");
     }
   }
   return Status::OK();
@@ -606,17 +720,18 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path) {
 Status ResolveDataFiles(JobConfig* job, std::string* note) {
   note->clear();
   DataConfig& d = job->data;
-  if (d.source != "criteo") return Status::OK();
+  if (d.source != "criteo" && d.source != "csv") return Status::OK();
   if (!std::filesystem::exists(d.path)) {
     if (!d.fallback_to_synthetic) {
       return Status::NotFound("data.path " + d.path + " does not exist (set data.fallback_to_synthetic to train on "
                               "synthetic data instead)");
     }
-    *note = "Criteo data not found at " + d.path + "; training on synthetic data (" +
-            std::to_string(d.num_examples) + " examples, same features) instead";
+    *note = std::string(d.source == "csv" ? "CSV" : "Criteo") + " data not found at " + d.path +
+            "; training on synthetic data (" + std::to_string(d.num_examples) + " examples, same features) instead";
     d.source = "synthetic";
     d.path.clear();
     d.eval_path.clear();
+    d.csv = CsvDataConfig();
     d.labels = "learnable";
     return Status::OK();
   }
@@ -698,6 +813,22 @@ json JobConfig::ToJson() const {
         {"master_reconnect_ms", runtime.master_reconnect_ms},
         {"stall_timeout_ms", runtime.stall_timeout_ms}}},
   };
+  if (data.source == "csv") {
+    const CsvDataConfig& csv = data.csv;
+    json dense = json::array();
+    for (const CsvDenseColumn& d : csv.dense) dense.push_back({{"column", d.column}, {"log1p", d.log1p}});
+    json label = {{"column", csv.label_column}};
+    if (csv.has_label_threshold) label["threshold"] = csv.label_threshold;
+    json& dj = j["data"];
+    dj["delimiter"] = std::string(1, csv.delimiter);
+    dj["header"] = csv.header;
+    dj["eval_header"] = csv.eval_header;
+    dj["columns"] = csv.columns;
+    dj["label"] = label;
+    dj["dense"] = dense;
+    dj["sparse"] = csv.sparse;
+    dj["eval_fraction"] = csv.eval_fraction;
+  }
   if (has_model) {
     j["model"] = {{"num_dense_features", model.num_dense_features},
                   {"bottom_mlp", model.bottom_mlp},

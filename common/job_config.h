@@ -94,14 +94,46 @@ struct ModelConfig {
   std::vector<int64_t> top_mlp;
 };
 
+// A dense column of a CSV file.
+struct CsvDenseColumn {
+  std::string column;
+  // log(1 + max(x, 0)), as Criteo's integer features; else the value as is.
+  bool log1p = false;
+};
+
+// How a CSV (or TSV) file becomes examples (data.source "csv").
+struct CsvDataConfig {
+  char delimiter = ',';
+  // Whether data.path starts with a line of column names.
+  bool header = true;
+  // The same for data.eval_path; defaults to `header`.
+  bool eval_header = true;
+  // Column names in file order; required when a file has no header, and
+  // checked against the header when there is one.
+  std::vector<std::string> columns;
+  std::string label_column;
+  // With a threshold, label = value >= threshold (MovieLens ratings);
+  // without, the value must be 0 or 1.
+  bool has_label_threshold = false;
+  double label_threshold = 0;
+  std::vector<CsvDenseColumn> dense;
+  // Each a feature of the same name, hashed into its table's rows.
+  std::vector<std::string> sparse;
+  // Without eval_path: the last floor(N * eval_fraction) rows of data.path
+  // (by position) are held out for evaluation; 0 holds none out.
+  double eval_fraction = 0;
+};
+
 struct DataConfig {
-  // "criteo" (a Criteo TSV file) or "synthetic".
+  // "criteo" (a Criteo TSV file), "csv" (any delimited file, as `csv` says)
+  // or "synthetic".
   std::string source = "synthetic";
-  std::string path;       // criteo: the TSV, absolute once loaded
-  std::string eval_path;  // criteo: optional held-out TSV, evaluated at the end
-  // criteo: when the file is missing, train on synthetic data instead of failing.
+  std::string path;       // criteo, csv: the file, absolute once loaded
+  std::string eval_path;  // criteo, csv: optional held-out file, evaluated at the end
+  // criteo, csv: when the file is missing, train on synthetic data instead of failing.
   bool fallback_to_synthetic = false;
-  int64_t max_examples = 0;  // criteo: 0 = all rows
+  int64_t max_examples = 0;  // criteo, csv: 0 = all rows
+  CsvDataConfig csv;
   // synthetic:
   int64_t num_examples = 100000;
   int64_t ids_per_bag = 1;
@@ -245,7 +277,7 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path);
 // config is valid and *out holds it.
 std::vector<Status> CheckJobConfigFile(const std::string& path, JobConfig* out);
 
-// Checks the data files exist. A missing Criteo file is an error, unless
+// Checks the data files exist. A missing Criteo or CSV file is an error, unless
 // data.fallback_to_synthetic: then the job switches to synthetic data with the
 // same features and *note says so (so do a missing eval file and its
 // evaluation). The master runs this once, so every trainer gets the same data.

@@ -79,6 +79,13 @@ json Hashing(const JobConfig& job) {
                     "missing value is the empty string"},
             {"dense", "log(1 + max(I_j, 0)) in double, as float; missing: 0"}};
   }
+  if (job.data.source == "csv") {
+    // trainer/csv_source.h: each sparse column is a feature of its own name.
+    return {{"kind", "csv_fnv1a64"},
+            {"row", "FNV1a64(bytes(column name) ++ [0] ++ bytes(value)) mod num_embeddings; an empty value is the "
+                    "empty string"},
+            {"dense", "the column's number as float, log(1 + max(x, 0)) where the config says log1p"}};
+  }
   return {{"kind", "identity"}, {"row", "ids are row numbers (" + job.data.source + " data)"}};
 }
 

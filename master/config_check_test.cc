@@ -4,10 +4,15 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iostream>
 #include <sstream>
+#include <tuple>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "common/job_config.h"
 
 namespace tessera {
 namespace {
@@ -83,6 +88,108 @@ TEST_F(ConfigCheckTest, BrokenJsonAMissingFileAndMissingDataAreErrorsToo) {
   auto [data_code, data_out] = Check(j.dump());
   EXPECT_EQ(data_code, 1);
   EXPECT_NE(data_out.find("no_such_file.tsv"), std::string::npos) << data_out;
+}
+
+// The configs shipped in configs/ (found from this file's path, which CMake
+// gives absolute). Avazu and MovieLens read ../shared/data: where it is absent
+// (a fresh clone) their only error must be the missing file.
+TEST_F(ConfigCheckTest, TheShippedPublicWorkloadConfigsAreValid) {
+  const std::filesystem::path configs = std::filesystem::path(__FILE__).parent_path().parent_path() / "configs";
+  for (const char* name : {"criteo_1tb.json", "avazu.json", "movielens.json", "criteo_dlrm.json"}) {
+    std::ostringstream out;
+    const int code = CheckConfigMain((configs / name).string(), 2, 0, out);
+    if (code != 0 && out.str().find("1 error in") != std::string::npos &&
+        out.str().find("does not exist") != std::string::npos &&
+        !std::filesystem::exists(configs.parent_path().parent_path() / "shared" / "data")) {
+      std::cout << name << ": its data is absent (no ../shared/data); only that was wrong\n";
+      continue;
+    }
+    EXPECT_EQ(code, 0) << name << ":\n" << out.str();
+    EXPECT_NE(out.str().find("Sharding plan v1 over 2 parameter server(s)"), std::string::npos) << out.str();
+  }
+  std::ostringstream out;
+  ASSERT_EQ(CheckConfigMain((configs / "criteo_1tb.json").string(), 2, 0, out), 0) << out.str();
+  EXPECT_NE(out.str().find("26 table(s), 26 feature(s), 187767399 rows"), std::string::npos) << out.str();
+}
+
+json CsvJob(const std::string& path) {
+  return json{{"name", "csv"},
+              {"tables",
+               {{{"name", "users"}, {"num_embeddings", 100}, {"embedding_dim", 8}, {"feature_names", {"user"}}},
+                {{"name", "items"}, {"num_embeddings", 50}, {"embedding_dim", 8}, {"feature_names", {"item"}}}}},
+              {"model", {{"num_dense_features", 1}, {"top_mlp", {8, 1}}}},
+              {"data",
+               {{"source", "csv"},
+                {"path", path},
+                {"delimiter", "\t"},
+                {"header", false},
+                {"columns", {"user", "item", "rating", "time"}},
+                {"label", {{"column", "rating"}, {"threshold", 4}}},
+                {"dense", {{{"column", "time"}, {"log1p", true}}}},
+                {"sparse", {"user", "item"}},
+                {"eval_fraction", 0.1}}},
+              {"training", {{"batch_size", 8}, {"steps", 10}}}};
+}
+
+TEST_F(ConfigCheckTest, CsvMistakesNameTheirKeyPath) {
+  const std::string data = (dir_ / "u.data").string();
+  std::ofstream(data) << "1\t2\t4\t100\n";
+  {
+    auto [code, out] = Check(CsvJob(data).dump());
+    EXPECT_EQ(code, 0) << out;
+    EXPECT_NE(out.find("data: csv"), std::string::npos) << out;
+  }
+  // Each edit of a valid config, and the key path its error must name.
+  const std::vector<std::pair<std::function<void(json*)>, std::string>> cases = {
+      {[](json* j) { (*j)["data"].erase("label"); }, "data.label: "},
+      {[](json* j) { (*j)["data"]["label"] = {{"threshold", 4}}; }, "data.label.column"},
+      {[](json* j) { (*j)["data"]["label"]["column"] = "stars"; }, "data.label.column: column 'stars' is not among"},
+      {[](json* j) { (*j)["data"]["sparse"] = {"user", "rating"}; }, "data.sparse[1]: column 'rating' is the label"},
+      {[](json* j) { (*j)["data"]["sparse"] = {"user"}; }, "feature 'item': not among data.sparse"},
+      {[](json* j) { (*j)["data"]["dense"] = json::array(); }, "model.num_dense_features: must equal the 0"},
+      {[](json* j) { (*j)["data"]["dense"] = {{{"column", "time"}, {"log", true}}}; }, "data.dense[0]"},
+      {[](json* j) { (*j)["data"].erase("columns"); }, "data.columns: required when a file has no header"},
+      {[](json* j) { (*j)["data"]["delimiter"] = "::"; }, "data.delimiter: must be one character"},
+      {[](json* j) { (*j)["data"]["eval_fraction"] = 1.5; }, "data.eval_fraction: must be in [0, 1)"},
+      {[](json* j) { (*j)["data"]["eval_path"] = "dev.tsv"; }, "data.eval_fraction: give data.eval_path or"},
+      {[](json* j) { (*j)["data"]["source"] = "criteo"; }, "data.delimiter: only for data.source 'csv'"},
+      {[](json* j) { (*j)["data"]["path"] = "absent.tsv"; }, "absent.tsv does not exist"},
+  };
+  for (const auto& [edit, needle] : cases) {
+    json j = CsvJob(data);
+    edit(&j);
+    auto [code, out] = Check(j.dump());
+    EXPECT_EQ(code, 1) << needle;
+    EXPECT_NE(out.find(needle), std::string::npos) << "'" << needle << "' missing from:\n" << out;
+  }
+}
+
+// The master hands trainers the job as ToJson; a CSV job must survive it.
+TEST_F(ConfigCheckTest, ACsvJobSurvivesTheTripToTheTrainers) {
+  auto job = ParseJobConfigJson(CsvJob("/data/u.data"), "");
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto back = ParseJobConfigJson(job->ToJson(), "");
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << job->ToJson().dump(2);
+  const CsvDataConfig& a = job->data.csv;
+  const CsvDataConfig& b = back->data.csv;
+  EXPECT_EQ(b.delimiter, '\t');
+  EXPECT_EQ(std::tie(a.header, a.eval_header, a.columns, a.label_column, a.has_label_threshold, a.label_threshold,
+                     a.sparse, a.eval_fraction),
+            std::tie(b.header, b.eval_header, b.columns, b.label_column, b.has_label_threshold, b.label_threshold,
+                     b.sparse, b.eval_fraction));
+  ASSERT_EQ(b.dense.size(), 1u);
+  EXPECT_EQ(b.dense[0].column, "time");
+  EXPECT_TRUE(b.dense[0].log1p);
+  EXPECT_EQ(back->ToJson(), job->ToJson());
+}
+
+TEST_F(ConfigCheckTest, AMissingCsvFileFallsBackToSyntheticOnlyWhenAsked) {
+  json j = CsvJob((dir_ / "absent.tsv").string());
+  j["data"]["fallback_to_synthetic"] = true;
+  auto [code, out] = Check(j.dump());
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("note: CSV data not found at"), std::string::npos) << out;
+  EXPECT_NE(out.find("data: synthetic"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -14,7 +14,8 @@ namespace tessera {
 // The training data of the job.
 StatusOr<std::unique_ptr<DataSource>> OpenTrainingData(const JobConfig& job);
 
-// Held-out data: data.eval_path for a Criteo job, or null when there is none.
+// Held-out data: data.eval_path for a Criteo or CSV job, a CSV job's last
+// data.eval_fraction of data.path, or null when there is none.
 StatusOr<std::unique_ptr<DataSource>> OpenEvalData(const JobConfig& job);
 
 }  // namespace tessera

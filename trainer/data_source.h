@@ -1,4 +1,4 @@
-// DataSource: where a trainer's examples come from (Criteo TSV or synthetic).
+// DataSource: where a trainer's examples come from (Criteo TSV, CSV or synthetic).
 //
 // Examples are addressed by their position in an epoch, so that the split of a
 // global batch among trainers is pure arithmetic (trainer/data_split.h) and a

@@ -1,10 +1,13 @@
-# Training-data sources (Criteo TSV, synthetic), the Zipf sampler and the split
+# Training-data sources (Criteo TSV, CSV, synthetic), the Zipf sampler and the split
 # of examples among trainers. Included from trainer/CMakeLists.txt; paths are
 # relative to trainer/.
 add_library(tessera_data STATIC
   criteo_source.cc
+  csv_source.cc
   data_split.cc
+  in_memory_source.cc
   synthetic_source.cc
+  text_fields.cc
   zipf_sampler.cc
 )
 target_link_libraries(tessera_data PUBLIC tessera_common)
@@ -23,3 +26,7 @@ tessera_add_test(trainer_criteo_source_test SOURCES criteo_source_test.cc LIBS t
 # visibly when it is absent, as in a fresh clone.
 target_compile_definitions(trainer_criteo_source_test PRIVATE
   TESSERA_SHARED_DATA_DIR="${PROJECT_SOURCE_DIR}/../shared/data")
+tessera_add_test(trainer_csv_source_test SOURCES csv_source_test.cc LIBS tessera_data)
+target_compile_definitions(trainer_csv_source_test PRIVATE
+  TESSERA_SHARED_DATA_DIR="${PROJECT_SOURCE_DIR}/../shared/data")
+
