@@ -319,7 +319,8 @@ namespace {
 Status ParseTraining(const json& j, TrainingConfig* t) {
   JsonFields f(j, "training");
   TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"batch_size", "steps", "epochs", "dense_optimizer", "sparse_optimizer",
-                                      "consistency", "prefetch", "row_replies", "seed", "log_every"}));
+                                      "consistency", "prefetch", "row_replies", "seed", "log_every",
+                                      "eval_every"}));
   TESSERA_RETURN_IF_ERROR(f.Int("batch_size", &t->batch_size, true, 1, 1 << 24));
   TESSERA_RETURN_IF_ERROR(f.Int("steps", &t->steps, false, 0, kMaxI64));
   TESSERA_RETURN_IF_ERROR(f.Int("epochs", &t->epochs, false, 0, 1 << 20));
@@ -359,6 +360,7 @@ Status ParseTraining(const json& j, TrainingConfig* t) {
   TESSERA_RETURN_IF_ERROR(f.Int("seed", &seed, false, 0, kMaxI64));
   t->seed = static_cast<uint64_t>(seed);
   TESSERA_RETURN_IF_ERROR(f.Int("log_every", &t->log_every, false, 1, kMaxI64));
+  TESSERA_RETURN_IF_ERROR(f.Int("eval_every", &t->eval_every, false, 0, kMaxI64));
   return Status::OK();
 }
 
@@ -390,6 +392,12 @@ Status Validate(const JobConfig& c) {
     }
   }
   if (c.tables.empty()) return Status::InvalidArgument("tables: at least one table is needed");
+  if (c.training.eval_every > 0 && c.data.eval_path.empty() &&
+      !(c.data.source == "csv" && c.data.csv.eval_fraction > 0)) {
+    return Status::InvalidArgument(
+        "training.eval_every: the job has no held-out data to evaluate (data.eval_path, or a csv source's "
+        "data.eval_fraction)");
+  }
   if (c.model.bottom_mlp.empty() && c.model.num_dense_features > 0) {
     // Dense features then enter the top MLP directly, which is allowed.
   }
@@ -733,11 +741,13 @@ Status ResolveDataFiles(JobConfig* job, std::string* note) {
     d.eval_path.clear();
     d.csv = CsvDataConfig();
     d.labels = "learnable";
+    job->training.eval_every = 0;  // nothing held out to evaluate
     return Status::OK();
   }
   if (!d.eval_path.empty() && !std::filesystem::exists(d.eval_path)) {
     *note = "eval data not found at " + d.eval_path + "; the job runs without evaluation";
     d.eval_path.clear();
+    job->training.eval_every = 0;
   }
   return Status::OK();
 }
@@ -795,7 +805,8 @@ json JobConfig::ToJson() const {
         {"prefetch", training.prefetch},
         {"row_replies", RowRepliesName(training.row_replies)},
         {"seed", training.seed},
-        {"log_every", training.log_every}}},
+        {"log_every", training.log_every},
+        {"eval_every", training.eval_every}}},
       {"checkpoint", {{"dir", checkpoint.dir}, {"every_steps", checkpoint.every_steps}, {"keep", checkpoint.keep}}},
       {"runtime",
        {{"heartbeat_ms", runtime.heartbeat_ms},

@@ -165,6 +165,9 @@ struct TrainingConfig {
   RowReplies row_replies = RowReplies::kAuto;
   uint64_t seed = 0;
   int64_t log_every = 10;  // master prints progress every this many steps
+  // Trainer 0 evaluates the held-out data (data.eval_path) after every this
+  // many steps, besides the final evaluation; 0: only the final one.
+  int64_t eval_every = 0;
 };
 
 struct ClusterConfig {

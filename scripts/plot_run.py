@@ -9,7 +9,9 @@ Writes into --out (default: the first run folder):
 
   loss.png          training loss over steps (trainer 0's; a moving average
                     over --smooth steps drawn over the raw curve), with the
-                    final evaluation's AUC and log loss in the legend
+                    final evaluation's AUC and log loss in the legend, and
+                    the held-out AUC over steps on a second axis when the
+                    job evaluated while it trained (training.eval_every)
   examples_per_s.png  examples/s of all trainers together over steps
                     (moving average), and the job's overall figure
   step_time.png     where a step's time goes, stacked: data, lookup, dense,
@@ -84,8 +86,21 @@ def moving_average(values, n):
     return out
 
 
+def evaluations(run):
+    """(steps trained, AUC) of every evaluation: those written while the job
+    trained ({"step", "eval"} lines) and the final one of the summary."""
+    points = [(r["step"] + 1, r["eval"]["auc"]) for r in run.first_trainer()
+              if isinstance(r.get("eval"), dict) and "auc" in r["eval"]]
+    final = run.summary.get("eval")
+    if points and isinstance(final, dict) and "auc" in final:
+        last = max(r["step"] for r in run.first_trainer() if "loss" in r) + 1
+        points.append((last, final["auc"]))
+    return points
+
+
 def plot_loss(runs, out, smooth, plt):
     fig, ax = plt.subplots(figsize=(8, 4.5))
+    auc_axis = None
     for k, run in enumerate(runs):
         rows = [r for r in run.first_trainer() if "loss" in r]
         steps = [r["step"] for r in rows]
@@ -97,11 +112,23 @@ def plot_loss(runs, out, smooth, plt):
             label += " (eval AUC %.4f, log loss %.4f)" % (ev["auc"], ev.get("log_loss", float("nan")))
         ax.plot(steps, loss, color=colour, alpha=0.25, linewidth=0.8)
         ax.plot(steps, moving_average(loss, smooth), color=colour, label=label)
+        points = evaluations(run)
+        if points:
+            if auc_axis is None:
+                auc_axis = ax.twinx()
+                auc_axis.set_ylabel("held-out AUC (dashed)")
+            auc_axis.plot([p[0] for p in points], [p[1] for p in points], color=colour, linestyle="--",
+                          marker="o", markersize=3, label=run.label + " eval AUC")
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (trainer 0)")
-    ax.set_title("Loss")
+    ax.set_title("Loss and evaluation" if auc_axis is not None else "Loss")
     ax.grid(alpha=0.3)
-    ax.legend()
+    handles, labels = ax.get_legend_handles_labels()
+    if auc_axis is not None:
+        more_handles, more_labels = auc_axis.get_legend_handles_labels()
+        handles += more_handles
+        labels += more_labels
+    ax.legend(handles, labels)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "loss.png"), dpi=110)
     plt.close(fig)

@@ -128,6 +128,10 @@ Status Trainer::Train(const GenerationStart& start, json* report) {
   lo.stop = member_->stop_training();
   lo.steps_done = member_->steps_done();
   lo.step_metrics = &metrics_;
+  if (member_->rank() == 0) {
+    lo.eval_data = eval_data.get();
+    lo.eval_every = job.training.eval_every;
+  }
   if (options_.test_stall_at_step >= 0) {
     lo.before_step = [this](int64_t step) {
       if (step != options_.test_stall_at_step) return;

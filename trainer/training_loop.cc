@@ -126,6 +126,13 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
   int64_t timed_examples = 0;
 
   bool agreed_checkpoint = false;  // decided by all trainers together at the previous step
+  // After this step an evaluation runs (its lookups share the client, so no
+  // prefetched lookup may be in flight then).
+  auto evaluates_after = [&](int64_t step) {
+    return options_.eval_data != nullptr && options_.eval_every > 0 && (step + 1) % options_.eval_every == 0 &&
+           step + 1 < total;
+  };
+  bool prefetched = false;  // this step's batch was read and its lookup started during the last step
   for (int64_t step = options_.start_step; step < total; ++step) {
     if (options_.stop != nullptr && options_.stop->load()) return Status::Cancelled("training stopped");
     if (options_.before_step) options_.before_step(step);
@@ -143,17 +150,18 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
     }
     const auto t0 = Clock::now();
     const StepShare share = ShareOfStep(step, options_.rank, options_.world, B, data_->num_examples());
-    if (!prefetch || step == options_.start_step) {
+    if (!prefetched) {
       TESSERA_RETURN_IF_ERROR(data_->Read(share.begin, share.count, &batch));
     }
     const auto t1 = Clock::now();
     if (prefetch) {
-      if (step == options_.start_step) {
+      if (!prefetched) {
         TESSERA_RETURN_IF_ERROR(embeddings_->StartLookup(static_cast<uint64_t>(step), batch.sparse, false));
       }
       TESSERA_RETURN_IF_ERROR(embeddings_->FinishLookup(&features));
       // The next step's lookups travel while this one computes.
-      if (step + 1 < total) {
+      prefetched = step + 1 < total && !evaluates_after(step);
+      if (prefetched) {
         const StepShare next = ShareOfStep(step + 1, options_.rank, options_.world, B, data_->num_examples());
         TESSERA_RETURN_IF_ERROR(data_->Read(next.begin, next.count, &next_batch));
         TESSERA_RETURN_IF_ERROR(embeddings_->StartLookup(static_cast<uint64_t>(step + 1), next_batch.sparse, false));
@@ -242,7 +250,13 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
     }
     result.steps = step + 1;
     if (options_.steps_done != nullptr) ++*options_.steps_done;
-    if (prefetch) std::swap(batch, next_batch);
+    if (prefetched) std::swap(batch, next_batch);
+    if (evaluates_after(step)) {
+      TESSERA_ASSIGN_OR_RETURN(nlohmann::json eval, Evaluate(options_.eval_data, static_cast<uint64_t>(step + 1)));
+      LOG(INFO) << "trainer " << options_.rank << ": eval after step " << step + 1 << " " << eval.dump();
+      if (options_.step_metrics != nullptr) options_.step_metrics->RecordEvaluation(step + 1, eval);
+      if (metrics.is_open()) metrics << nlohmann::json{{"step", step}, {"eval", eval}}.dump() << '\n';
+    }
   }
   const auto end = Clock::now();
   result.wall_s = Seconds(run_start, end);

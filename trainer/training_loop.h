@@ -45,6 +45,13 @@ struct TrainingLoopOptions {
   const std::atomic<bool>* stop = nullptr;
   // Counts every step finished (for the master's stall watchdog).
   std::atomic<int64_t>* steps_done = nullptr;
+  // Held-out evaluation while training (trainer 0): after every
+  // eval_every-th step but the last (which the trainer evaluates anyway),
+  // Evaluate(eval_data) runs and its figures go to the metrics file as a
+  // line {"step", "eval": {examples, log_loss, auc}} and to step_metrics.
+  // 0 or no eval_data: none.
+  DataSource* eval_data = nullptr;
+  int64_t eval_every = 0;
   // Figures of every step for the metrics endpoint; may be null.
   TrainerMetrics* step_metrics = nullptr;
   // Called before each step; fault injection for tests (a stuck trainer).

@@ -20,6 +20,8 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"step": step, "loss": 0.7 * math.exp(-step / 60) + (0.05 if sys.argv[2] == "b" else 0),
                             "examples_per_s": 20000 + 10 * step, "step_ms": 3.0, "data_ms": 0.1,
                             "lookup_ms": 0.8, "dense_ms": 0.4, "allreduce_ms": 1.2, "push_ms": 0.1}) + "\n")
+        if step % 40 == 39 and step < 119:  # evaluations while training (training.eval_every)
+            f.write(json.dumps({"step": step, "eval": {"examples": 400, "log_loss": 0.6, "auc": 0.6 + step / 1000}}) + "\n")
 PY
   done
   echo '{"examples_per_s": 40000, "eval": {"auc": 0.7, "log_loss": 0.5}}' >"$dir/$run/summary.json"
@@ -38,7 +40,7 @@ if out=$("$ROOT/scripts/plot_run.py" "$dir/b" --out "$dir/bad" 2>&1); then
   echo "FAIL: a damaged metrics file was plotted" >&2
   exit 1
 fi
-echo "$out" | grep -q "trainer1.jsonl:121: not JSON" || { echo "FAIL: unclear error: $out" >&2; exit 1; }
+echo "$out" | grep -q "trainer1.jsonl:123: not JSON" || { echo "FAIL: unclear error: $out" >&2; exit 1; }
 if out=$("$ROOT/scripts/plot_run.py" "$dir/nothing" 2>&1); then
   echo "FAIL: a missing run folder was plotted" >&2
   exit 1
