@@ -162,6 +162,8 @@ TEST_F(CsvSourceTest, BadRowsAreErrorsNamingFileLineAndColumn) {
   ExpectError(o, header + "0.5,2,s,a\n", {"column 'click'", "0 or 1"});
   ExpectError(o, header + "1,,s,a\n", {".csv:2", "column 'hour'", "not a number"});
   ExpectError(o, header + "1,nan,s,a\n", {"column 'hour'", "\"nan\""});
+  // Finite as a double, infinite as a float.
+  ExpectError(o, header + "1,-7e84,s,a\n", {".csv:2", "column 'hour'", "out of a float's range", "\"-7e84\""});
   ExpectError(o, "click,site,app\n1,s,a\n", {"dense column 'hour' is not a column of"});
   ExpectError(o, header, {"has no rows"});
   ExpectError(o, "", {"no header line"});
