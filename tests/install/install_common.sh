@@ -23,15 +23,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "FAIL: interrupted"; exit 130' INT TERM
 
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; FAILURES=$((FAILURES + 1)); }
-show() {  # FILE...: the tails of logs, after a failure
-  local f
-  for f in "$@"; do
-    echo "---- tail of $f"
-    tail -n 25 "$f" 2>/dev/null | sed 's/^/    /'
-  done
-}
+# shellcheck source=../script_checks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../script_checks.sh"
 finish() {  # NAME: the summary line and the exit code
   if [ "$FAILURES" -eq 0 ]; then echo "$1: all passed"; else echo "$1: $FAILURES failure(s)"; fi
   [ "$FAILURES" -eq 0 ]

@@ -79,15 +79,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "FAIL: interrupted"; exit 130' INT TERM
 
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; FAILURES=$((FAILURES + 1)); }
-show() {  # FILE...: the tails of logs, after a failure
-  local f
-  for f in "$@"; do
-    echo "---- tail of $f"
-    tail -n 25 "$f" 2>/dev/null | sed 's/^/    /'
-  done
-}
+# shellcheck source=../script_checks.sh
+source "$(dirname "$0")/../script_checks.sh"
 
 # Polls a command for up to S seconds.
 wait_until() {  # S command...
