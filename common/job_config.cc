@@ -680,7 +680,9 @@ void ParseAllSections(const json& j, const std::string& base_dir, JobConfig* out
     c.checkpoint.keep = static_cast<int>(keep);
     return Status::OK();
   }());
-  if (errors->empty()) collect(Validate(c));
+  // Fields a check collected (JsonFieldErrorCollector) hold defaults: the
+  // checks across sections would only repeat them.
+  if (errors->empty() && !JsonFieldErrorCollector::AnyOnThisThread()) collect(Validate(c));
 }
 
 }  // namespace
@@ -693,16 +695,25 @@ StatusOr<JobConfig> ParseJobConfigJson(const json& j, const std::string& base_di
   return c;
 }
 
+std::vector<Status> CheckJobConfigText(const std::string& text, const std::string& base_dir, JobConfig* out) {
+  json j;
+  const Status st = ParseJson(text, &j, /*allow_comments=*/true);
+  if (!st.ok()) return {Status::InvalidArgument("job config is " + st.message())};
+  std::vector<Status> errors;
+  // Every bad field, not each section's first.
+  JsonFieldErrorCollector fields;
+  ParseAllSections(j, base_dir, out, &errors);
+  errors.insert(errors.begin(), fields.errors().begin(), fields.errors().end());
+  return errors;
+}
+
 std::vector<Status> CheckJobConfigFile(const std::string& path, JobConfig* out) {
   std::ifstream in(path);
   if (!in) return {Status::NotFound("cannot read job config " + path)};
   std::stringstream ss;
   ss << in.rdbuf();
-  json j;
-  const Status st = ParseJson(ss.str(), &j, /*allow_comments=*/true);
-  if (!st.ok()) return {Status::InvalidArgument(path + ": job config is " + st.message())};
-  std::vector<Status> errors;
-  ParseAllSections(j, std::filesystem::absolute(path).parent_path().string(), out, &errors);
+  std::vector<Status> errors =
+      CheckJobConfigText(ss.str(), std::filesystem::absolute(path).parent_path().string(), out);
   for (Status& e : errors) e = e.WithContext(path);
   return errors;
 }

@@ -274,11 +274,15 @@ StatusOr<JobConfig> ParseJobConfigJson(const nlohmann::json& j, const std::strin
 // Reads and parses a file; relative paths are resolved against its folder.
 StatusOr<JobConfig> LoadJobConfig(const std::string& path);
 // The same, reporting every mistake at once (tessera_master --check_config):
-// each section and each table is parsed on its own and its first error
-// (key path, what was expected) is listed, prefixed with the file's name;
+// each section and each table is parsed on its own, every bad field is listed
+// (key path, what was expected; JsonFieldErrorCollector) and so is each
+// section's first error across its fields, prefixed with the file's name;
 // the checks across sections run once every section parsed. Empty: the
 // config is valid and *out holds it.
 std::vector<Status> CheckJobConfigFile(const std::string& path, JobConfig* out);
+// CheckJobConfigFile on the file's text, paths relative to `base_dir`;
+// errors unprefixed.
+std::vector<Status> CheckJobConfigText(const std::string& text, const std::string& base_dir, JobConfig* out);
 
 // Checks the data files exist. A missing Criteo or CSV file is an error, unless
 // data.fallback_to_synthetic: then the job switches to synthetic data with the

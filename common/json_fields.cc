@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <glog/logging.h>
+
 namespace tessera {
 
 Status ParseJson(std::string_view text, nlohmann::json* out, bool allow_comments) {
@@ -21,6 +23,47 @@ Status ParseJson(std::string_view text, nlohmann::json* out, bool allow_comments
   return Status::OK();
 }
 
+namespace {
+// The live collector of this thread, if any.
+thread_local std::vector<Status>* collecting = nullptr;
+
+// `st` itself, or OK once recorded by a live collector.
+Status Tolerate(Status st) {
+  if (st.ok() || collecting == nullptr) return st;
+  collecting->push_back(std::move(st));
+  return Status::OK();
+}
+}  // namespace
+
+JsonFieldErrorCollector::JsonFieldErrorCollector() {
+  CHECK(collecting == nullptr) << "a JsonFieldErrorCollector is already live on this thread";
+  collecting = &errors_;
+}
+
+JsonFieldErrorCollector::~JsonFieldErrorCollector() { collecting = nullptr; }
+
+bool JsonFieldErrorCollector::AnyOnThisThread() { return collecting != nullptr && !collecting->empty(); }
+
+Status JsonFields::Int(const char* key, int64_t* out, bool required, int64_t min, int64_t max) const {
+  return Tolerate(IntField(key, out, required, min, max));
+}
+Status JsonFields::Float(const char* key, double* out, bool required) const {
+  return Tolerate(FloatField(key, out, required));
+}
+Status JsonFields::Bool(const char* key, bool* out, bool required) const {
+  return Tolerate(BoolField(key, out, required));
+}
+Status JsonFields::String(const char* key, std::string* out, bool required) const {
+  return Tolerate(StringField(key, out, required));
+}
+Status JsonFields::IntList(const char* key, std::vector<int64_t>* out, bool required, int64_t min,
+                           int64_t max) const {
+  return Tolerate(IntListField(key, out, required, min, max));
+}
+Status JsonFields::StringList(const char* key, std::vector<std::string>* out, bool required) const {
+  return Tolerate(StringListField(key, out, required));
+}
+
 JsonFields::JsonFields(const nlohmann::json& object, std::string path) : j_(object), path_(std::move(path)) {}
 
 std::string JsonFields::PathOf(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
@@ -34,7 +77,7 @@ Status JsonFields::Missing(const char* key) const {
   return Status::InvalidArgument(PathOf(key) + ": required field is missing");
 }
 
-Status JsonFields::Int(const char* key, int64_t* out, bool required, int64_t min, int64_t max) const {
+Status JsonFields::IntField(const char* key, int64_t* out, bool required, int64_t min, int64_t max) const {
   const nlohmann::json* v = Get(key);
   if (v == nullptr) return required ? Missing(key) : Status::OK();
   int64_t x = 0;
@@ -54,7 +97,7 @@ Status JsonFields::Int(const char* key, int64_t* out, bool required, int64_t min
   return Status::OK();
 }
 
-Status JsonFields::Float(const char* key, double* out, bool required) const {
+Status JsonFields::FloatField(const char* key, double* out, bool required) const {
   const nlohmann::json* v = Get(key);
   if (v == nullptr) return required ? Missing(key) : Status::OK();
   if (!v->is_number()) return Status::InvalidArgument(PathOf(key) + ": must be a number, got " + v->dump());
@@ -64,7 +107,7 @@ Status JsonFields::Float(const char* key, double* out, bool required) const {
   return Status::OK();
 }
 
-Status JsonFields::Bool(const char* key, bool* out, bool required) const {
+Status JsonFields::BoolField(const char* key, bool* out, bool required) const {
   const nlohmann::json* v = Get(key);
   if (v == nullptr) return required ? Missing(key) : Status::OK();
   if (!v->is_boolean()) return Status::InvalidArgument(PathOf(key) + ": must be true or false, got " + v->dump());
@@ -72,7 +115,7 @@ Status JsonFields::Bool(const char* key, bool* out, bool required) const {
   return Status::OK();
 }
 
-Status JsonFields::String(const char* key, std::string* out, bool required) const {
+Status JsonFields::StringField(const char* key, std::string* out, bool required) const {
   const nlohmann::json* v = Get(key);
   if (v == nullptr) return required ? Missing(key) : Status::OK();
   if (!v->is_string()) return Status::InvalidArgument(PathOf(key) + ": must be a string, got " + v->dump());
@@ -80,7 +123,7 @@ Status JsonFields::String(const char* key, std::string* out, bool required) cons
   return Status::OK();
 }
 
-Status JsonFields::IntList(const char* key, std::vector<int64_t>* out, bool required, int64_t min,
+Status JsonFields::IntListField(const char* key, std::vector<int64_t>* out, bool required, int64_t min,
                            int64_t max) const {
   const nlohmann::json* v = Get(key);
   if (v == nullptr) return required ? Missing(key) : Status::OK();
@@ -98,7 +141,7 @@ Status JsonFields::IntList(const char* key, std::vector<int64_t>* out, bool requ
   return Status::OK();
 }
 
-Status JsonFields::StringList(const char* key, std::vector<std::string>* out, bool required) const {
+Status JsonFields::StringListField(const char* key, std::vector<std::string>* out, bool required) const {
   const nlohmann::json* v = Get(key);
   if (v == nullptr) return required ? Missing(key) : Status::OK();
   if (!v->is_array()) return Status::InvalidArgument(PathOf(key) + ": must be a list of strings, got " + v->dump());
@@ -131,7 +174,10 @@ Status JsonFields::OnlyKeys(std::initializer_list<const char*> allowed) const {
       names += names.empty() ? a : std::string(", ") + a;
     }
     if (!known) {
-      return Status::InvalidArgument(PathOf(it.key().c_str()) + ": unknown field (known: " + names + ")");
+      // Every unknown key, when collecting.
+      Status unknown = Status::InvalidArgument(PathOf(it.key().c_str()) + ": unknown field (known: " + names + ")");
+      if (collecting == nullptr) return unknown;
+      collecting->push_back(std::move(unknown));
     }
   }
   return Status::OK();

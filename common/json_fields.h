@@ -27,6 +27,27 @@ inline constexpr int kMaxJsonDepth = 64;
 // file is read through this.
 Status ParseJson(std::string_view text, nlohmann::json* out, bool allow_comments = false);
 
+// While one lives, JsonFields' getters and OnlyKeys on this thread record a
+// bad field here and return OK, the value left as it was (its default), so
+// that a config check (tessera_master --check_config) lists every bad field
+// of a section, not its first. Object() and "not an object" still fail:
+// what follows would have nothing to read. Checks that combine fields stop
+// at their first error as always. Nothing that parses for real uses it.
+class JsonFieldErrorCollector {
+ public:
+  JsonFieldErrorCollector();  // REQUIRES: none is live on this thread
+  ~JsonFieldErrorCollector();
+  JsonFieldErrorCollector(const JsonFieldErrorCollector&) = delete;
+  JsonFieldErrorCollector& operator=(const JsonFieldErrorCollector&) = delete;
+
+  const std::vector<Status>& errors() const { return errors_; }
+  // Whether a live collector on this thread has recorded any.
+  static bool AnyOnThisThread();
+
+ private:
+  std::vector<Status> errors_;
+};
+
 class JsonFields {
  public:
   // REQUIRES: `object` outlives this. Fails later calls if it is not an object.
@@ -52,6 +73,12 @@ class JsonFields {
 
  private:
   Status Missing(const char* key) const;
+  Status IntField(const char* key, int64_t* out, bool required, int64_t min, int64_t max) const;
+  Status FloatField(const char* key, double* out, bool required) const;
+  Status BoolField(const char* key, bool* out, bool required) const;
+  Status StringField(const char* key, std::string* out, bool required) const;
+  Status IntListField(const char* key, std::vector<int64_t>* out, bool required, int64_t min, int64_t max) const;
+  Status StringListField(const char* key, std::vector<std::string>* out, bool required) const;
   const nlohmann::json& j_;
   std::string path_;
 };

@@ -72,6 +72,26 @@ TEST_F(ConfigCheckTest, EveryMistakeIsListedAtOnceWithItsKeyPath) {
   }
 }
 
+TEST_F(ConfigCheckTest, SeveralMistakesInOneSectionAreAllListed) {
+  json j = Valid();
+  j["training"]["batch_size"] = 0;             // out of range
+  j["training"]["seed"] = "five";              // wrong type
+  j["training"]["log_evry"] = 10;              // a typo: unknown
+  j["training"]["warmup"] = 3;                 // unknown too
+  j["tables"][0]["embedding_dim"] = -4;        // table a, twice
+  j["tables"][0]["num_embeddings"] = "many";
+  auto [code, out] = Check(j.dump());
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("6 errors in "), std::string::npos) << out;
+  for (const char* path : {"training.batch_size", "training.seed", "training.log_evry", "training.warmup",
+                           "embedding_dim", "num_embeddings"}) {
+    EXPECT_NE(out.find(path), std::string::npos) << path << " missing from:\n" << out;
+  }
+  // A real parse still stops at the first.
+  auto parsed = ParseJobConfigJson(j, "");
+  ASSERT_FALSE(parsed.ok());
+}
+
 TEST_F(ConfigCheckTest, BrokenJsonAMissingFileAndMissingDataAreErrorsToo) {
   auto [code, out] = Check("{\"name\": ");
   EXPECT_EQ(code, 1);

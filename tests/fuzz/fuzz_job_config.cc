@@ -1,7 +1,9 @@
 // The job config (ParseJobConfig): what a user writes, and what the master
 // hands every server and trainer as JobConfig::ToJson. Besides not crashing:
 // a config that parses writes back as one that parses again to the same
-// thing, so what the master accepted its servers and trainers accept.
+// thing, so what the master accepted its servers and trainers accept. And
+// the config check (CheckJobConfigText, every bad field at once, defaults
+// left where fields were bad) agrees with the parse on whether it is valid.
 #include <string>
 
 #include <glog/logging.h>
@@ -14,7 +16,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;
   const std::string text(reinterpret_cast<const char*>(data), size);
   auto config = ParseJobConfig(text, "/jobs/base");
+  JobConfig checked;
+  const std::vector<Status> errors = CheckJobConfigText(text, "/jobs/base", &checked);
+  CHECK_EQ(errors.empty(), config.ok()) << (errors.empty() ? config.status().ToString() : errors[0].ToString());
   if (!config.ok()) return 0;
+  CHECK(checked.ToJson() == config->ToJson());
   (void)config->FeatureNames();
   (void)config->InteractionWidth();
   for (const TableConfig& t : config->tables) (void)t.RowBytes();
