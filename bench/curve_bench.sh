@@ -26,6 +26,8 @@ done
 "$ROOT/scripts/build.sh" --target tessera_master --target tessera_ps --target tessera_trainer >/dev/null
 OUT="$ROOT/run/curve_bench"
 mkdir -p "$OUT"
+LAST="$OUT/last_results.jsonl"  # this run's lines, for its plot
+: >"$LAST"
 
 run() {  # workload security -> examples/s
   local w="$1" security="$2" ps=1 cfg="$OUT/$1.json" flags=()
@@ -54,5 +56,14 @@ for w in $WORKLOADS; do
   p=$(echo "${plain[*]}" | median)
   ratio=$(python3 -c "print('%.3f' % ($c / $p))")
   printf '%-4s %-6s %10s %10s %7s   %s | %s\n' "$w" "$MODE" "$c" "$p" "$ratio" "${curve[*]}" "${plain[*]}"
-  echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$MODE\", \"steps\": $STEPS, \"curve\": [${curve[*]// /, }], \"plain\": [${plain[*]// /, }], \"ratio\": $ratio}" >>"$OUT/results.jsonl"
+  echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$MODE\", \"steps\": $STEPS, \"curve\": [${curve[*]// /, }], \"plain\": [${plain[*]// /, }], \"ratio\": $ratio}" | tee -a "$LAST" >>"$OUT/results.jsonl"
 done
+
+# The picture (Debian's python3-matplotlib; said when missing), drawn as
+# bench/e2e_bench.sh draws its own: CURVE beside plain TCP, the ratio above.
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  "$ROOT/scripts/plot_bench.py" "$LAST" --out "$OUT/curve.png" --series "curve=CURVE (keys)" --series "plain=plain TCP (--insecure)" \
+    --title "examples/s with CURVE and without ($MODE, median of $REPEATS)"
+else
+  echo "(no plot: python3-matplotlib is not installed)"
+fi

@@ -29,6 +29,8 @@ LABEL="$MODE"
 "$ROOT/scripts/build.sh" --target tessera_master --target tessera_ps --target tessera_trainer >/dev/null
 OUT="$ROOT/run/bench/tier"
 mkdir -p "$OUT"
+LAST="$OUT/last_results.jsonl"  # this run's lines, for its plot
+: >"$LAST"
 CFG="$OUT/w1.json"
 python3 - "$ROOT/bench/configs/w1.json" "$CFG" "$((STEPS + 20))" "$MODE" "$PREFETCH" <<'PY'
 import json, sys
@@ -59,5 +61,14 @@ for _ in $(seq 1 "$REPEATS"); do
   read -r t hit <<<"$(run tiered)"
   ratio=$(python3 -c "print('%.2f' % ($t / $m))")
   printf '%-8s %14s %14s %7s %9s\n' "$LABEL" "$m" "$t" "$ratio" "$hit"
-  echo "{\"date\": \"$(date -I)\", \"mode\": \"$LABEL\", \"steps\": $STEPS, \"host_fraction\": $FRACTION, \"memory_examples_per_s\": $m, \"tiered_examples_per_s\": $t, \"ratio\": $ratio, \"host_hit_rate\": \"$hit\"}" >>"$OUT/results.jsonl"
+  echo "{\"date\": \"$(date -I)\", \"mode\": \"$LABEL\", \"steps\": $STEPS, \"host_fraction\": $FRACTION, \"memory_examples_per_s\": $m, \"tiered_examples_per_s\": $t, \"ratio\": $ratio, \"host_hit_rate\": \"$hit\"}" | tee -a "$LAST" >>"$OUT/results.jsonl"
 done
+
+# The picture (Debian's python3-matplotlib; said when missing), drawn as
+# bench/e2e_bench.sh draws its own: tiered beside all in memory, the ratio above.
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  "$ROOT/scripts/plot_bench.py" "$LAST" --out "$OUT/tier.png" --series "tiered_examples_per_s=tiered (host $FRACTION + RocksDB)" --series "memory_examples_per_s=all in memory" \
+    --title "W1 examples/s, tiered vs all in memory ($LABEL)"
+else
+  echo "(no plot: python3-matplotlib is not installed)"
+fi

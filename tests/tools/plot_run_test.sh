@@ -63,4 +63,13 @@ if out=$("$ROOT/scripts/plot_bench.py" "$dir/results.jsonl" --out "$dir/bad.png"
   exit 1
 fi
 echo "$out" | grep -q "results.jsonl:4: not a result line" || { echo "FAIL: unclear error: $out" >&2; exit 1; }
-echo "PASS: a benchmark plot from results with repeats and a missing peer; a damaged line refused"
+# Other benches' series: curve_bench.sh's lists of repeats.
+echo '{"workload": "w2", "mode": "async", "curve": [37000, 37400], "plain": [41000, 41900], "ratio": 0.89}' >"$dir/curve.jsonl"
+"$ROOT/scripts/plot_bench.py" "$dir/curve.jsonl" --out "$dir/curve.png" --series "curve=CURVE" --series "plain=plain"
+[ "$(head -c 4 "$dir/curve.png" | tail -c 3)" = "PNG" ] || { echo "FAIL: curve.png is not a PNG" >&2; exit 1; }
+if out=$("$ROOT/scripts/plot_bench.py" "$dir/curve.jsonl" --out "$dir/bad.png" 2>&1); then
+  echo "FAIL: curve results were read as e2e results" >&2
+  exit 1
+fi
+echo "$out" | grep -q "curve.jsonl:1: not a result line" || { echo "FAIL: unclear error: $out" >&2; exit 1; }
+echo "PASS: a benchmark plot from results with repeats and a missing peer; a damaged line refused; other series"
