@@ -32,13 +32,11 @@ void Wakeup::Drain() {
   }
 }
 
-namespace {
 size_t MessageBytes(const Message& m) {
   size_t bytes = kHeaderBytes;
   for (const zmq::message_t& f : m.frames) bytes += f.size();
   return bytes;
 }
-}  // namespace
 
 void ReplySink::Record(const Header& request, size_t request_bytes, const Message& reply,
                        std::chrono::steady_clock::time_point received) {
@@ -50,8 +48,6 @@ void ReplySink::Record(const Header& request, size_t request_bytes, const Messag
   s.bytes_out.fetch_add(MessageBytes(reply), std::memory_order_relaxed);
   s.latency.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count());
 }
-
-size_t RequestBytes(const Message& m) { return MessageBytes(m); }
 
 void ReplySink::Push(std::string routing_id, Message&& m) {
   {

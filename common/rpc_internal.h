@@ -43,8 +43,8 @@ struct OpStats {
 };
 constexpr size_t kOpSlots = 64;  // every Opcode's value is below this
 
-// A request's bytes on the wire: header and frames.
-size_t RequestBytes(const Message& m);
+// A message's bytes on the wire: header and frames.
+size_t MessageBytes(const Message& m);
 
 // Replies waiting for the server's I/O thread to send them.
 struct ReplySink {

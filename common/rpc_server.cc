@@ -165,7 +165,7 @@ void RpcServer::WriteMetrics(PrometheusText* out, const MetricLabels& labels) co
 
 void RpcServer::Dispatch(std::string routing_id, Role peer_role, Message&& request) {
   const auto received = std::chrono::steady_clock::now();
-  const size_t bytes = rpc_internal::RequestBytes(request);
+  const size_t bytes = rpc_internal::MessageBytes(request);
   if (workers_.empty()) {
     Responder responder(sink_, std::move(routing_id), request.header, peer_role, received, bytes);
     try {

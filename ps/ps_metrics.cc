@@ -13,6 +13,46 @@ double Number(const json& j, const char* key) {
   return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
 }
 
+// A figure of a shard or tier: its family, help, the Stats() key it comes
+// from, and whether it is a counter (else a gauge).
+struct Figure {
+  const char* name;
+  const char* help;
+  const char* key;
+  bool counter;
+};
+
+constexpr Figure kShardFigures[] = {
+    {"tessera_ps_rows_materialized", "Rows of the shard that exist (written at least once).", "rows_materialized",
+     false},
+    {"tessera_ps_rocksdb_read_rows_total", "Rows read from RocksDB (found there).", "rocksdb_rows_read", true},
+    {"tessera_ps_rocksdb_read_bytes_total", "Bytes of rows read from RocksDB.", "rocksdb_bytes_read", true},
+    {"tessera_ps_rocksdb_written_rows_total", "Rows written to RocksDB.", "rocksdb_rows_written", true},
+    {"tessera_ps_rocksdb_written_bytes_total", "Key and value bytes written to RocksDB.", "rocksdb_bytes_written",
+     true},
+    {"tessera_ps_rocksdb_write_stalls_total", "Writes RocksDB stopped or slowed because compaction fell behind.",
+     "rocksdb_write_stalls", true},
+};
+
+constexpr Figure kTierFigures[] = {
+    {"tessera_ps_tier_hits_total", "Rows looked up and found in the tier.", "hits", true},
+    {"tessera_ps_tier_misses_total", "Rows looked up and not found in the tier.", "misses", true},
+    {"tessera_ps_tier_hit_ratio", "hits / (hits + misses) of the tier since the shard opened.", "hit_rate", false},
+    {"tessera_ps_tier_evictions_total", "Rows moved out of the tier to make room.", "evictions", true},
+    {"tessera_ps_tier_writebacks_total", "Dirty rows written to the tier below.", "writebacks", true},
+    {"tessera_ps_tier_rows", "Rows resident in the tier.", "rows", false},
+    {"tessera_ps_tier_bytes", "Bytes resident in the tier.", "bytes", false},
+    {"tessera_ps_tier_budget_bytes", "The tier's byte budget (0: unbounded).", "budget_bytes", false},
+};
+
+void Write(PrometheusText* out, const Figure& f, const MetricLabels& labels, double value) {
+  if (f.counter) {
+    out->Counter(f.name, f.help, labels, value);
+  } else {
+    out->Gauge(f.name, f.help, labels, value);
+  }
+}
+
 }  // namespace
 
 void WritePsMetrics(const json& stats, PrometheusText* out) {
@@ -39,36 +79,12 @@ void WritePsMetrics(const json& stats, PrometheusText* out) {
   for (const json& shard : stats["shards"]) {
     const MetricLabels l = {{"table", shard.value("table", "")},
                             {"shard", std::to_string(shard.value("shard_id", -1))}};
-    out->Gauge("tessera_ps_rows_materialized", "Rows of the shard that exist (written at least once).", l,
-               Number(shard, "rows_materialized"));
-    out->Counter("tessera_ps_rocksdb_read_rows_total", "Rows read from RocksDB (found there).", l,
-                 Number(shard, "rocksdb_rows_read"));
-    out->Counter("tessera_ps_rocksdb_read_bytes_total", "Bytes of rows read from RocksDB.", l,
-                 Number(shard, "rocksdb_bytes_read"));
-    out->Counter("tessera_ps_rocksdb_written_rows_total", "Rows written to RocksDB.", l,
-                 Number(shard, "rocksdb_rows_written"));
-    out->Counter("tessera_ps_rocksdb_written_bytes_total", "Key and value bytes written to RocksDB.", l,
-                 Number(shard, "rocksdb_bytes_written"));
-    out->Counter("tessera_ps_rocksdb_write_stalls_total",
-                 "Writes RocksDB stopped or slowed because compaction fell behind.", l,
-                 Number(shard, "rocksdb_write_stalls"));
+    for (const Figure& f : kShardFigures) Write(out, f, l, Number(shard, f.key));
     if (!shard.contains("tiers") || !shard["tiers"].is_array()) continue;
     for (const json& tier : shard["tiers"]) {
       MetricLabels t = l;
       t.emplace_back("tier", tier.value("tier", ""));
-      out->Counter("tessera_ps_tier_hits_total", "Rows looked up and found in the tier.", t, Number(tier, "hits"));
-      out->Counter("tessera_ps_tier_misses_total", "Rows looked up and not found in the tier.", t,
-                   Number(tier, "misses"));
-      out->Gauge("tessera_ps_tier_hit_ratio", "hits / (hits + misses) of the tier since the shard opened.", t,
-                 Number(tier, "hit_rate"));
-      out->Counter("tessera_ps_tier_evictions_total", "Rows moved out of the tier to make room.", t,
-                   Number(tier, "evictions"));
-      out->Counter("tessera_ps_tier_writebacks_total", "Dirty rows written to the tier below.", t,
-                   Number(tier, "writebacks"));
-      out->Gauge("tessera_ps_tier_rows", "Rows resident in the tier.", t, Number(tier, "rows"));
-      out->Gauge("tessera_ps_tier_bytes", "Bytes resident in the tier.", t, Number(tier, "bytes"));
-      out->Gauge("tessera_ps_tier_budget_bytes", "The tier's byte budget (0: unbounded).", t,
-                 Number(tier, "budget_bytes"));
+      for (const Figure& f : kTierFigures) Write(out, f, t, Number(tier, f.key));
     }
   }
 }
