@@ -16,7 +16,12 @@
 # the integration tests' job (4 tiny tables, sync, steps of a few ms): what a
 # checkpoint costs when there is next to nothing to write. --mode overrides
 # the config's consistency. The binaries come from $TESSERA_BUILD_DIR
-# (default build/). Checkpoints go to run/bench/checkpoint/ckpt.
+# (default build/). Checkpoints go to run/bench/checkpoint/ckpt; results to
+# run/bench/checkpoint/results.jsonl (this run's to last_results.jsonl),
+# drawn, as bench/e2e_bench.sh draws its own, to
+# run/bench/checkpoint/checkpoint.png: examples/s with checkpoints beside
+# without, the ratio above, and beside them the pause per checkpoint (needs
+# Debian's python3-matplotlib; said when missing).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 WORKLOAD=w2
@@ -68,11 +73,12 @@ run() {  # every_steps -> the run's folder
 }
 
 echo "$WORKLOAD, ${MODE:-consistency as configured}, $STEPS steps, checkpoints every $EVERY steps; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-: >"$OUT/this_run.jsonl"
+LAST="$OUT/last_results.jsonl"  # this run's lines, for its plot and the medians
+: >"$LAST"
 for _ in $(seq 1 "$REPEATS"); do
   off=$(run 0)
   on=$(run "$EVERY")
-  python3 - "$off" "$on" "$OUT/ckpt" "$INTERVALS" "$WORKLOAD" "$STEPS" "$EVERY" "$OUT/this_run.jsonl" <<'PY'
+  python3 - "$off" "$on" "$OUT/ckpt" "$INTERVALS" "$WORKLOAD" "$STEPS" "$EVERY" "$LAST" <<'PY'
 import glob, json, os, sys, datetime
 off_dir, on_dir, ckpt_root = sys.argv[1:4]
 intervals = [int(n) for n in sys.argv[4].split()]
@@ -127,7 +133,7 @@ print(json.dumps(result), file=open(sys.argv[8], "a"))
 print(json.dumps(result), file=open(os.path.join(os.path.dirname(sys.argv[8]), "results.jsonl"), "a"))
 PY
 done
-python3 - "$OUT/this_run.jsonl" "$INTERVALS" <<'PY'
+python3 - "$LAST" "$INTERVALS" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 intervals = [int(n) for n in sys.argv[2].split()]
@@ -143,3 +149,16 @@ if all("pause_s" in r for r in runs):
 else:
     print()
 PY
+
+# The picture (Debian's python3-matplotlib; said when missing), drawn as
+# bench/e2e_bench.sh draws its own: examples/s with checkpoints beside
+# without, the ratio above; beside them, what each checkpoint paused.
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  "$ROOT/scripts/plot_bench.py" "$LAST" --out "$OUT/checkpoint.png" \
+    --series "on_examples_per_s=a checkpoint every $EVERY steps" --series "off_examples_per_s=no checkpoints" \
+    --panel "pause per checkpoint (s)" --series "pause_s=the last checkpoint's pause" \
+    --series "trainer_pause_s=trainer 0's time lost per checkpoint" \
+    --title "$WORKLOAD, $STEPS steps: what a checkpoint costs (median of $REPEATS)"
+else
+  echo "(no plot: python3-matplotlib is not installed)"
+fi

@@ -12,7 +12,10 @@
 # each server moves per step (both trainers' lookups, replies and pushes,
 # from their metrics, over the count) and what its link allows per second,
 # and the ratio to linear scaling from 1 server. Results also go to
-# run/cluster_bench/results.jsonl. Needs root; binaries from
+# run/cluster_bench/results.jsonl (this run's to last_results.jsonl), drawn
+# to run/cluster_bench/cluster.png: examples/s against the server count,
+# beside linear scaling and what the servers' links allow (needs Debian's
+# python3-matplotlib; said when missing). Needs root; binaries from
 # $TESSERA_BUILD_DIR (default build/). Removes its namespaces and processes.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -33,6 +36,8 @@ done
 require_binaries
 OUT="$ROOT/run/cluster_bench"
 mkdir -p "$OUT"
+LAST="$OUT/last_results.jsonl"  # this run's lines, for its plot
+: >"$LAST"
 PFX="tcb$(printf '%04x' $(($$ % 65536)))"
 PIDS=()
 cleanup() {
@@ -92,7 +97,7 @@ PY
     tail -n 3 "$RUN/master.log" >&2
     exit 1
   fi
-  python3 - "$RUN" "$n" "$RATE" "$MODE" <<'PY' | tee -a "$OUT/results.jsonl"
+  python3 - "$RUN" "$n" "$RATE" "$MODE" <<'PY' | tee -a "$LAST" "$OUT/results.jsonl"
 import json, statistics, sys, datetime
 run, n, rate, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 rows = [json.loads(l) for l in open(run + "/trainer0.jsonl")]
@@ -136,3 +141,14 @@ if base:
                   (n, r["examples_per_s"], r["examples_per_s"] / base["examples_per_s"], want[0],
                    n / want[0], r["step_ms"]))
 PY
+
+# The picture (Debian's python3-matplotlib; said when missing): examples/s
+# against the server count, beside linear scaling and the links' bound.
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  "$ROOT/scripts/plot_bench.py" "$LAST" --out "$OUT/cluster.png" --x "servers=parameter servers" \
+    --series "examples_per_s=examples/s" --series "link_bound_examples_per_s=what the servers' links allow" \
+    --linear "linear scaling from the fewest servers" \
+    --title "W2 ($MODE, $STEPS steps), server links $RATE each way: adding servers"
+else
+  echo "(no plot: python3-matplotlib is not installed)"
+fi

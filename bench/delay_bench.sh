@@ -11,8 +11,11 @@
 # without prefetch, and their ratio. The hop is a Python forwarder on this
 # machine's 2 cores: with D = 0 it still costs what forwarding costs, so
 # compare the two columns at one D, and each D with D = 0. Results also go
-# to run/delay_bench/results.jsonl. Needs root; binaries from
-# $TESSERA_BUILD_DIR (default build/). Removes its namespaces and processes.
+# to run/delay_bench/results.jsonl (this run's to last_results.jsonl), drawn
+# to run/delay_bench/delay.png: examples/s and the lookup wait against D,
+# with and without prefetch (needs Debian's python3-matplotlib; said when
+# missing). Needs root; binaries from $TESSERA_BUILD_DIR (default build/).
+# Removes its namespaces and processes.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export TESSERA_BUILD_DIR="${TESSERA_BUILD_DIR:-$ROOT/build}"
@@ -31,6 +34,8 @@ command -v ethtool >/dev/null || { echo "delay_bench: needs ethtool" >&2; exit 1
 require_binaries
 OUT="$ROOT/run/delay_bench"
 mkdir -p "$OUT"
+LAST="$OUT/last_results.jsonl"  # this run's lines, for its plot
+: >"$LAST"
 PFX="tdb$(printf '%04x' $(($$ % 65536)))"
 HOSTS=(m p0 t0 t1)
 PIDS=()
@@ -96,7 +101,7 @@ PY
       kill "$hop_pid" 2>/dev/null
       exit 1
     fi
-    python3 - "$RUN" "$d" "$prefetch" <<'PY' | tee -a "$OUT/results.jsonl"
+    python3 - "$RUN" "$d" "$prefetch" <<'PY' | tee -a "$LAST" "$OUT/results.jsonl"
 import json, statistics, sys, datetime
 run, d, prefetch = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "true"
 rows = [json.loads(l) for r in (0, 1) for l in open("%s/trainer%d.jsonl" % (run, r))]
@@ -123,3 +128,13 @@ for d in sorted({k[0] for k in rs}):
         print("%11.1f ms %12d %12d %8.2f" % (d, a["examples_per_s"], b["examples_per_s"],
                                               b["examples_per_s"] / a["examples_per_s"]))
 PY
+
+# The picture (Debian's python3-matplotlib; said when missing): examples/s
+# and the lookup wait against the delay, a line with prefetch and one without.
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  "$ROOT/scripts/plot_bench.py" "$LAST" --out "$OUT/delay.png" --x "delay_ms_each_way=delay added each way (ms)" \
+    --by prefetch --series "examples_per_s=examples/s" --panel "lookup wait (ms, median step)" \
+    --series "lookup_ms=lookup wait" --title "W1 through a delaying hop: what prefetch buys ($STEPS steps)"
+else
+  echo "(no plot: python3-matplotlib is not installed)"
+fi

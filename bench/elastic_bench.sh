@@ -49,8 +49,12 @@
 # closed and stayed closed that long is dead) is left at the master's default
 # unless --connection_loss_ms is given (the master's default is 1000).
 # Outputs: run/elastic/{add,fail}/ (logs, metrics, master.stamped: master.log
-# with the time each line was seen, cpu.jsonl, t_add / t_kill) and
-# run/elastic/results.jsonl. Checkpoints are deleted at the end.
+# with the time each line was seen, cpu.jsonl, t_add / t_kill),
+# run/elastic/results.jsonl, and run/elastic/elastic.png (needs Debian's
+# python3-matplotlib; said when missing): trainer 0's time per step against
+# the seconds from the add / the kill, one line per part, drawn from
+# run/elastic/last_steps.jsonl (this run's steps: part, t_s, step, step_ms).
+# Checkpoints are deleted at the end.
 # Binaries from $TESSERA_BUILD_DIR or $TESSERA_BIN_DIR; with neither set it
 # first builds build/ with scripts/build.sh, as e2e_bench.sh does.
 # Bounded by --timeout_s; leaves no process behind.
@@ -111,6 +115,8 @@ BIN_DIRS="$(realpath "$(dirname "$PS_BIN")"):$(realpath "$(dirname "$(tessera_bi
 
 OUT="$ROOT/run/elastic"
 mkdir -p "$OUT"
+LAST="$OUT/last_steps.jsonl"  # this run's steps, for its plot
+: >"$LAST"
 HELPER="$OUT/elastic_helper.py"
 START=$SECONDS
 DEADLINE=$((SECONDS + TIMEOUT_S))
@@ -250,6 +256,14 @@ def step_times(path):
             marks.append((seg, t, msg))
             seg += 1
     return out, marks
+
+
+def steps(run_dir, part, t_event):
+    """Trainer 0's steps as JSON lines: seconds from the event, the time since its previous step."""
+    lines, _ = step_times(os.path.join(run_dir, "trainer0.log"))
+    for (_, _, before), (_, s, t) in zip(lines, lines[1:]):
+        print(json.dumps({"part": part, "t_s": round(t - t_event, 3), "step": s,
+                          "step_ms": round(1e3 * (t - before), 1)}))
 
 
 def stamped(path):
@@ -475,6 +489,8 @@ if __name__ == "__main__":
         sys.exit(wait(*args))
     elif cmd == "find_pid":
         sys.exit(find_pid(*args))
+    elif cmd == "steps":
+        steps(args[0], args[1], float(args[2]))
     elif cmd == "analyze_add":
         print(json.dumps(analyze_add(args[0], int(args[1]), float(args[2]), int(args[3]), args[4])))
     elif cmd == "analyze_fail":
@@ -581,6 +597,7 @@ if [[ " $PARTS " == *" add "* ]]; then
     du -sb "$dir/ckpt" 2>/dev/null | awk '{printf "checkpoint folder after the add: %.1f MB\n", $1/1e6}'
     if [ $FAILED -eq 0 ] && res=$(python3 "$HELPER" analyze_add "$dir" "$ADD_AT" "$T_ADD" "$EXAMPLES_PER_STEP" "$MODE"); then
       echo "{\"date\": \"$(date -I)\", \"result\": $res}" >>"$OUT/results.jsonl"
+      python3 "$HELPER" steps "$dir" add "$T_ADD" >>"$LAST"
       python3 -c 'import json,sys; [print("  %s: %s" % kv) for kv in json.loads(sys.argv[1]).items()]' "$res"
     else
       FAILED=1
@@ -634,6 +651,7 @@ r.update(checkpoint_files=int(sys.argv[5]), page_cache_at_restore=cache, cat_col
          restore_vs_cat=round(r["restore_MB_per_s"] / (cold if cache == "cold" else warm), 2))
 print(json.dumps(r))' "$res" "$cold" "$warm" "$CACHE" "${#files[@]}")
         echo "{\"date\": \"$(date -I)\", \"heartbeat_ms\": $HEARTBEAT_MS, \"peer_timeout_ms\": $PEER_TIMEOUT_MS, \"connection_loss_ms\": \"${CONNECTION_LOSS_MS:-default}\", \"result\": $res}" >>"$OUT/results.jsonl"
+        python3 "$HELPER" steps "$dir" fail "$T_KILL" >>"$LAST"
         python3 -c 'import json,sys; [print("  %s: %s" % kv) for kv in json.loads(sys.argv[1]).items()]' "$res"
       else
         FAILED=1
@@ -647,6 +665,17 @@ print(json.dumps(r))' "$res" "$cold" "$warm" "$CACHE" "${#files[@]}")
   fi
   cleanup
   rm -rf "$dir/ckpt"
+fi
+# The picture (Debian's python3-matplotlib; said when missing): trainer 0's
+# time per step around the add and the kill.
+if [ ! -s "$LAST" ]; then
+  echo "elastic_bench: no steps to draw"
+elif /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  "$ROOT/scripts/plot_bench.py" "$LAST" --out "$OUT/elastic.png" --x "t_s=seconds from the add / the kill" \
+    --by part --ylabel "ms since the step before" --series "step_ms=step time" --mark "0=add / kill -9" --stairs --logy \
+    --title "W2 ($MODE, precopy $PRECOPY): trainer 0's steps around a server added (add) and killed (fail)"
+else
+  echo "(no plot: python3-matplotlib is not installed)"
 fi
 echo "elastic_bench: replicas (\"replicas\": 2) are measured by bench/replica_bench.sh"
 echo "elastic_bench: done in $((SECONDS - START)) s; load average $(cut -d' ' -f1-3 /proc/loadavg)"

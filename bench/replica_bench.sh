@@ -11,6 +11,11 @@
 #
 # Prints examples/s of each run, the ratio replicas-2 / replicas-1 per pair,
 # and the failover times. Binaries from $TESSERA_BUILD_DIR (default build/).
+# The pairs also go to run/bench/replica/results.jsonl (this run's to
+# last_results.jsonl), drawn, as bench/e2e_bench.sh draws its own, to
+# run/bench/replica/replica.png: replicas 2 beside 1, the ratio above (needs
+# Debian's python3-matplotlib; said when missing). The runs themselves go to
+# a temporary folder, removed at the end.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STEPS=200
@@ -26,6 +31,10 @@ while [ $# -gt 0 ]; do
 done
 OUT="$(mktemp -d "${TMPDIR:-/tmp}/replica_bench.XXXXXX")"
 trap 'rm -rf "$OUT"' EXIT
+RESULTS="$ROOT/run/bench/replica"
+mkdir -p "$RESULTS"
+LAST="$RESULTS/last_results.jsonl"  # this run's lines, for its plot
+: >"$LAST"
 
 config() {  # replicas steps file [checkpoint dir]
   python3 - "$ROOT/bench/configs/w2.json" "$3" "$1" "$2" "$MODE" "${4:-}" <<'PY'
@@ -55,8 +64,19 @@ echo "| --- | ---: | ---: | ---: |"
 for i in $(seq 1 "$REPEATS"); do
   one="$(run 1)"
   two="$(run 2)"
-  echo "| $i | $one | $two | $(python3 -c "print(f'{$two/$one:.2f}')") |"
+  ratio="$(python3 -c "print(f'{$two/$one:.2f}')")"
+  echo "| $i | $one | $two | $ratio |"
+  echo "{\"date\": \"$(date -I)\", \"workload\": \"w2\", \"mode\": \"$MODE\", \"steps\": $STEPS, \"replicas_1_examples_per_s\": $one, \"replicas_2_examples_per_s\": $two, \"ratio\": $ratio}" | tee -a "$LAST" >>"$RESULTS/results.jsonl"
 done
+
+# The picture (Debian's python3-matplotlib; said when missing), drawn as
+# bench/e2e_bench.sh draws its own: replicas 2 beside 1, the ratio above.
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  "$ROOT/scripts/plot_bench.py" "$LAST" --out "$RESULTS/replica.png" --series "replicas_2_examples_per_s=replicas 2" \
+    --series "replicas_1_examples_per_s=replicas 1" --title "W2 examples/s, replicas 2 vs 1 ($MODE, median of $REPEATS)"
+else
+  echo "(no plot: python3-matplotlib is not installed)"
+fi
 
 # Failover: 3 servers, replicas 2, a server killed once training runs;
 # twice: with the new backups copied while the job trains (the default,

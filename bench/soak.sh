@@ -45,6 +45,12 @@
 #      it is left (by pid: the job's binaries writing into DIR/job and any
 #      process whose command line names DIR/job, e.g. launch_local's tail) and
 #      deletes the checkpoints (DIR/ckpt). DIR is kept.
+#   5. The samples judged (below) also go to DIR/soak_samples.jsonl, one line
+#      per sample: time_min, process (the table's name: ps1 (killed), ps2
+#      (new)...), pid, rss_mib, fds, threads; drawn, as bench/e2e_bench.sh
+#      draws its results, to DIR/soak.png: RSS, open files and threads of
+#      each process over time, the end of the warm-up and the kill marked
+#      (needs Debian's python3-matplotlib; said when missing).
 #
 # Judging, per series (one process: a name and a pid; a process started in
 # place of another is a new series), from the samples taken before the
@@ -468,8 +474,8 @@ echo "soak: CURVE: $CURVE"
 echo "soak: load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 set +e
-python3 - "$SAMPLES" "$EVENTS" "$WARMUP_S" "$VICTIM" <<'PY'
-import csv, statistics, sys
+python3 - "$SAMPLES" "$EVENTS" "$WARMUP_S" "$VICTIM" "$RUN_DIR/soak_samples.jsonl" <<'PY'
+import csv, json, statistics, sys
 samples, events, warmup, victim = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 end, kill_t = float("inf"), None
 for line in open(events):
@@ -491,6 +497,8 @@ print("| process | pid | sampled (min) | judged from (min) | RSS MiB first → l
 print("| --- | ---: | --- | ---: | --- | ---: | --- | --- | --- | --- |")
 fails = 0
 order = sorted(series, key=lambda k: (series[k][0][0], k[0]))
+labels = set()
+jsonl = open(sys.argv[5], "w")  # the samples, for the plot
 for key in order:
     pts = series[key]
     name, pid = key
@@ -499,6 +507,11 @@ for key in order:
         label += " (killed)"
     elif kill_t is not None and pts[0][0] > kill_t:
         label += " (new)"
+    process = label if label not in labels else "%s pid %d" % (label, pid)
+    labels.add(process)
+    for t, rss, fds, threads in pts:
+        jsonl.write(json.dumps({"time_min": round(t / 60, 3), "process": process, "pid": pid,
+                                "rss_mib": round(rss / 1024, 2), "fds": fds, "threads": threads}) + "\n")
     start = pts[0][0]
     post = [p for p in pts if p[0] >= start + warmup]
     span = "%.1f–%.1f" % (start / 60, pts[-1][0] / 60)
@@ -528,12 +541,28 @@ for key in order:
     print("| %s | %d | %s | %.1f | %.1f → %.1f (%.1f) | %+.1f | %d → %d (%d) | %d → %d (%d) | %s | %s |" % (
         label, pid, span, post[0][0] / 60, first[0] / 1024, last[0] / 1024, mx[0] / 1024, g,
         first[1], last[1], mx[1], first[2], last[2], mx[2], "FAIL: " + ", ".join(bad) if bad else "PASS", after))
+jsonl.close()
 print()
 print("soak: %d series, %d FAIL; samples in %s" % (len(series), fails, samples))
 sys.exit(1 if fails else 0)
 PY
 TABLE_RC=$?
 set -e
+# The picture (Debian's python3-matplotlib; said when missing): each
+# process's RSS, open files and threads over time, the end of the warm-up
+# and the kill marked.
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  kill_s="$(awk '/ kill: SIGKILL/ {print $1; exit}' "$EVENTS")"
+  "$ROOT/scripts/plot_bench.py" "$RUN_DIR/soak_samples.jsonl" --out "$RUN_DIR/soak.png" \
+    --x "time_min=minutes since the launch" --by process --mark "$(calc "$WARMUP_S / 60")=warm-up ends" \
+    ${kill_s:+--mark "$(calc "$kill_s / 60")=kill -9 $VICTIM"} \
+    --panel "RSS (MiB)" --series "rss_mib=RSS" --panel "open files" --series "fds=open files" \
+    --panel threads --series "threads=threads" \
+    --title "soak: $MINUTES min, $NUM_PS servers, $TRAINERS trainers, a checkpoint every $EVERY steps" ||
+    echo "soak: no plot (plot_bench.py failed)" >&2
+else
+  echo "(no plot: python3-matplotlib is not installed)"
+fi
 FAILED=0
 [ "$TABLE_RC" -eq 0 ] || FAILED=1
 if [ "$JOB_OK" -eq 1 ]; then

@@ -73,3 +73,34 @@ if out=$("$ROOT/scripts/plot_bench.py" "$dir/curve.jsonl" --out "$dir/bad.png" 2
 fi
 echo "$out" | grep -q "curve.jsonl:1: not a result line" || { echo "FAIL: unclear error: $out" >&2; exit 1; }
 echo "PASS: a benchmark plot from results with repeats and a missing peer; a damaged line refused; other series"
+
+# Panels of their own unit beside the bars (bench/checkpoint_bench.sh's).
+echo '{"workload": "w2", "mode": "async", "on_examples_per_s": 11600, "off_examples_per_s": 10500, "pause_s": 0.25, "trainer_pause_s": -0.01}' >"$dir/ckpt.jsonl"
+"$ROOT/scripts/plot_bench.py" "$dir/ckpt.jsonl" --out "$dir/ckpt.png" --series "on_examples_per_s=on" \
+  --series "off_examples_per_s=off" --panel "pause (s)" --series "pause_s=pause" --series "trainer_pause_s=lost"
+[ "$(head -c 4 "$dir/ckpt.png" | tail -c 3)" = "PNG" ] || { echo "FAIL: ckpt.png is not a PNG" >&2; exit 1; }
+# Lines against a field, one per value of another, in panels, an event
+# marked (bench/delay_bench.sh's, bench/soak.sh's); a repeated x is a spread.
+cat >"$dir/delay.jsonl" <<'JSONL'
+{"delay_ms_each_way": 0.0, "prefetch": false, "examples_per_s": 42000, "lookup_ms": 7.9}
+{"delay_ms_each_way": 0.0, "prefetch": true, "examples_per_s": 48000, "lookup_ms": 0.2}
+{"delay_ms_each_way": 5.0, "prefetch": false, "examples_per_s": 22000, "lookup_ms": 20.8}
+{"delay_ms_each_way": 5.0, "prefetch": false, "examples_per_s": 23000, "lookup_ms": 20.1}
+{"delay_ms_each_way": 5.0, "prefetch": true, "examples_per_s": 39000, "lookup_ms": 0.1}
+JSONL
+"$ROOT/scripts/plot_bench.py" "$dir/delay.jsonl" --out "$dir/delay.png" --x "delay_ms_each_way=delay (ms)" \
+  --by prefetch --series "examples_per_s=examples/s" --panel "lookup (ms)" --series "lookup_ms=lookup" \
+  --linear "linear" --mark "2.5=an event" --stairs --logy
+[ "$(head -c 4 "$dir/delay.png" | tail -c 3)" = "PNG" ] || { echo "FAIL: delay.png is not a PNG" >&2; exit 1; }
+echo '{"prefetch": true, "examples_per_s": 39000}' >>"$dir/delay.jsonl"
+if out=$("$ROOT/scripts/plot_bench.py" "$dir/delay.jsonl" --out "$dir/bad.png" --x "delay_ms_each_way=delay" \
+  --series "examples_per_s=examples/s" 2>&1); then
+  echo "FAIL: a line without x was plotted" >&2
+  exit 1
+fi
+echo "$out" | grep -q "delay.jsonl:6: not a result line" || { echo "FAIL: unclear error: $out" >&2; exit 1; }
+if out=$("$ROOT/scripts/plot_bench.py" "$dir/delay.jsonl" --out "$dir/bad.png" --panel "ms" 2>&1); then
+  echo "FAIL: a panel without series was accepted" >&2
+  exit 1
+fi
+echo "PASS: panels beside bars; lines by a field, in panels, marked; a line without x refused"
