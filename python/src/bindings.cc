@@ -54,7 +54,7 @@ KeyedJaggedTensor MakeKjt(const std::vector<std::string>& keys, int64_t batch_si
 class PySession {
  public:
   PySession(const std::string& master, int rank, int world, const std::string& keys, bool insecure,
-            int64_t register_timeout_ms, py::object save_state) {
+            int64_t register_timeout_ms, py::object save_state, int metrics_port, const std::string& metrics_address) {
     TrainerSessionOptions o;
     o.master = master;
     o.rank = rank;
@@ -62,6 +62,8 @@ class PySession {
     o.keys_dir = keys;
     o.insecure = insecure;
     o.register_timeout_ms = register_timeout_ms;
+    o.metrics_port = metrics_port;
+    o.metrics_address = metrics_address;
     if (!save_state.is_none()) {
       save_state_ = std::make_shared<py::object>(std::move(save_state));
       std::weak_ptr<py::object> hook = save_state_;
@@ -182,10 +184,13 @@ PYBIND11_MODULE(_tessera, m) {
   tessera::BindData(m);
 
   py::class_<PySession>(m, "Session")
-      .def(py::init<const std::string&, int, int, const std::string&, bool, int64_t, py::object>(),
+      .def(py::init<const std::string&, int, int, const std::string&, bool, int64_t, py::object, int,
+                    const std::string&>(),
            py::arg("master"), py::arg("rank"), py::arg("world"), py::arg("keys") = "", py::arg("insecure") = false,
-           py::arg("register_timeout_ms") = 120000, py::arg("save_state") = py::none(),
-           "Registers with the master as trainer `rank` of `world` and waits for the job to start.")
+           py::arg("register_timeout_ms") = 120000, py::arg("save_state") = py::none(), py::arg("metrics_port") = -1,
+           py::arg("metrics_address") = "127.0.0.1",
+           "Registers with the master as trainer `rank` of `world` and waits for the job to start; serves "
+           "Prometheus metrics on metrics_port first when it is >= 0 (0: any free port).")
       .def_property_readonly("features", [](PySession& s) { return s.session().features(); })
       .def_property_readonly("dims", [](PySession& s) { return s.session().dims(); })
       .def_property_readonly("pooled", [](PySession& s) { return s.session().pooled(); })
@@ -220,7 +225,16 @@ PYBIND11_MODULE(_tessera, m) {
       .def(
           "record_loss",
           [](PySession& s, double loss_sum, int64_t examples) { s.session().RecordLoss(loss_sum, examples); },
-          py::arg("loss_sum"), py::arg("examples"))
+          py::arg("loss_sum"), py::arg("examples"),
+          "Adds the step's loss, summed over its `examples`, to the master's progress and the metrics' "
+          "tessera_trainer_loss (their mean)")
+      .def_property_readonly(
+          "metrics_url",
+          [](PySession& s) -> py::object {
+            const std::string url = s.session().metrics_url();
+            return url.empty() ? py::object(py::none()) : py::object(py::str(url));
+          },
+          "http://ADDRESS:PORT/metrics, served until the session is deleted; None when metrics_port was None")
       .def("finish", &PySession::Finish, py::arg("error") = "", py::arg("eval") = py::none(),
            "Waits for the last push and reports this trainer done to the master (with the evaluation's figures, "
            "e.g. {'auc': ..., 'log_loss': ...}, for its summary).")

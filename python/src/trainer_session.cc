@@ -19,6 +19,10 @@ StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Open(const TrainerSess
                            KeysFromFlags(options.keys_dir, options.insecure, Role::kTrainer));
   std::unique_ptr<TrainerSession> s(new TrainerSession());
   s->options_ = options;
+  // Before joining: a port that cannot be bound leaves no trainer missing
+  // from the job, as it stops a C++ trainer before it registers.
+  TESSERA_ASSIGN_OR_RETURN(s->metrics_,
+                           SessionMetrics::Start(options.metrics_address, options.metrics_port, options.rank));
   TrainerMemberOptions mo;
   mo.keys = std::move(keys);
   mo.master = options.master;
@@ -103,7 +107,10 @@ Status TrainerSession::Keep(Status st) {
 Status TrainerSession::CompleteStep() {
   if (!push_pending_) return Status::OK();
   push_pending_ = false;
+  const auto waited = Clock::now();
   TESSERA_RETURN_IF_ERROR(embeddings_->WaitPush());
+  metrics_->RecordPushTime(std::chrono::duration<double>(Clock::now() - waited).count());
+  metrics_->RecordStepDone(step_ - 1, generation_);
   ++steps_;
   ++*member_->steps_done();
   const bool log = steps_ % job_.training.log_every == 0;
@@ -166,6 +173,7 @@ Status TrainerSession::Lookup(const KeyedJaggedTensor& kjt, bool inference, Feat
                                       "'s gradients were never sent back: call backward() on a loss of its output "
                                       "before the next training lookup");
   }
+  Clock::time_point began;  // the lookup's, and the step's, start
   if (prefetched_) {
     // The client answers lookups in the order they were sent: the
     // prefetched one comes first.
@@ -182,13 +190,16 @@ Status TrainerSession::Lookup(const KeyedJaggedTensor& kjt, bool inference, Feat
     prefetched_ = false;
     prefetched_kjt_.Clear();
     TESSERA_RETURN_IF_ERROR(Keep(CompleteStep()));
+    began = Clock::now();
     TESSERA_RETURN_IF_ERROR(Keep(embeddings_->FinishLookup(out)));
   } else {
     TESSERA_RETURN_IF_ERROR(Keep(CompleteStep()));
     if (inference) return Keep(embeddings_->Lookup(static_cast<uint64_t>(step_), kjt, true, out));
     TESSERA_RETURN_IF_ERROR(Keep(MaybeCheckpoint()));
+    began = Clock::now();
     TESSERA_RETURN_IF_ERROR(Keep(embeddings_->Lookup(static_cast<uint64_t>(step_), kjt, false, out)));
   }
+  metrics_->RecordLookup(began, kjt.batch_size, embeddings_->last_lookup_bytes(), embeddings_->last_reply_bytes());
   out_rows_.resize(out->size());
   for (size_t f = 0; f < out->size(); ++f) out_rows_[f] = static_cast<int64_t>((*out)[f].size()) / dims_[f];
   if (step_ == start_step_ + warmup_steps_) {
@@ -241,7 +252,9 @@ Status TrainerSession::Push(FeatureOutputs grads) {
                                      std::to_string(dims_[f]) + ")");
     }
   }
+  const auto sending = Clock::now();
   TESSERA_RETURN_IF_ERROR(Keep(embeddings_->StartPush(grads)));
+  metrics_->RecordPushTime(std::chrono::duration<double>(Clock::now() - sending).count());
   push_owed_ = false;
   push_pending_ = true;
   return Status::OK();
@@ -251,6 +264,7 @@ void TrainerSession::RecordLoss(double loss_sum, int64_t examples) {
   loss_recorded_ = true;
   window_loss_ += loss_sum;
   window_examples_ += examples;
+  metrics_->RecordLoss(loss_sum, examples);
 }
 
 Status TrainerSession::Finish(const std::string& error, const nlohmann::json& eval) {

@@ -23,6 +23,7 @@
 #include "common/job_config.h"
 #include "common/keyed_jagged_tensor.h"
 #include "common/status.h"
+#include "python/src/session_metrics.h"
 #include "trainer/embedding_client.h"
 #include "trainer/trainer_member.h"
 
@@ -39,6 +40,12 @@ struct TrainerSessionOptions {
   // Rank 0's state for a checkpoint (the user's dense model and optimizer,
   // as bytes). Null: checkpoints keep no trainer state.
   std::function<StatusOr<std::string>()> save_state;
+  // Serve the C++ trainer's Prometheus metrics at
+  // http://metrics_address:metrics_port/metrics (session_metrics.h). -1: off;
+  // 0: any free port. Loopback by default, as the C++ trainer's: a trainer
+  // listens nowhere else, so nothing says which interface a scraper uses.
+  int metrics_port = -1;
+  std::string metrics_address = "127.0.0.1";
 };
 
 class TrainerSession {
@@ -89,8 +96,10 @@ class TrainerSession {
   // servers to take it.
   Status Push(FeatureOutputs grads);
   // Adds a step's summed loss over `examples` to the progress the master
-  // shows (optional).
+  // shows and to the metrics' loss (optional).
   void RecordLoss(double loss_sum, int64_t examples);
+  // The metrics endpoint's URL, or "" when metrics_port was -1.
+  std::string metrics_url() const { return metrics_->url(); }
 
   // Ends this trainer's part of the job: waits for the last push and
   // reports to the master (with `error` when not empty, and `eval`, the
@@ -148,6 +157,8 @@ class TrainerSession {
   int64_t warmup_steps_ = 0;
   int64_t timed_examples_ = 0;
   std::chrono::steady_clock::time_point timed_start_;
+  // The Prometheus figures and their endpoint; never null once open.
+  std::unique_ptr<SessionMetrics> metrics_;
 };
 
 }  // namespace tessera

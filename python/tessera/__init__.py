@@ -10,7 +10,23 @@ embedding tables on the job's parameter servers, under a PyTorch model.
 The tables, their sharding, tiers and optimizers are the job's (the master's
 config); the dense model, its optimizer and its allreduce (DDP over Gloo or
 NCCL) stay the user's.
+
+Metrics. `tessera.init(..., metrics_port=9100)` serves Prometheus' text at
+`session.metrics_url` (http://127.0.0.1:9100/metrics; 0: any free port) in
+the C++ trainer's families and labels (docs/operations.md#prometheus): the
+process's memory and CPU, and the steps. The lookups and pushes are
+recorded by the session (steps, examples, step time, lookup and push time,
+lookup bytes); the loss is the loop's to give, once a step:
+
+    session.record_loss(loss.item() * batch_size, batch_size)   # summed loss, examples
+
+A step counts once the servers take its gradients, which the session learns
+at the next training forward or at finish(): a scrape between the two sees
+one step fewer. The rest of a step (the model, optimizer, data, allreduce)
+is the phase "dense"; "data" and "allreduce" stay 0, and so does the epoch.
 """
+
+import logging
 
 from ._tessera import (Data, Session, TesseraError, dlrm_initial_params, share_of_step, steps_per_epoch,
                        write_params)
@@ -19,7 +35,8 @@ __all__ = ["Data", "Session", "TesseraError", "dlrm_initial_params", "init", "sh
            "write_params"]
 
 
-def init(master, rank=0, world=1, keys=None, insecure=False, register_timeout_s=120.0, save_state=None):
+def init(master, rank=0, world=1, keys=None, insecure=False, register_timeout_s=120.0, save_state=None,
+         metrics_port=None, metrics_address=None):
     """Registers with the master at `master` as trainer `rank` of `world` and
     waits until the job starts (every member registered, the shards made).
 
@@ -28,10 +45,24 @@ def init(master, rank=0, world=1, keys=None, insecure=False, register_timeout_s=
     save_state: called on trainer 0 at each checkpoint; returns bytes (the
     dense model's state, e.g. torch.save into a BytesIO) that a resumed job
     gives back as `session.start_state`.
+    metrics_port: serve Prometheus metrics on this port (0: any free one),
+    bound before registering: a port in use raises TesseraError and the job
+    never sees this trainer. None: no endpoint. metrics_address: where it
+    listens (default 127.0.0.1; "0.0.0.0" for every interface). The URL is
+    `session.metrics_url`, logged at INFO on the "tessera" logger.
     """
     if keys is None and not insecure:
         raise ValueError("tessera.init: keys=DIR (the job's keys) or insecure=True is required")
     if not isinstance(rank, int) or not isinstance(world, int):
         raise TypeError("tessera.init: rank and world must be ints")
-    return Session(master=str(master), rank=rank, world=world, keys=str(keys or ""), insecure=bool(insecure),
-                   register_timeout_ms=int(register_timeout_s * 1000), save_state=save_state)
+    if metrics_port is not None and (not isinstance(metrics_port, int) or isinstance(metrics_port, bool)):
+        raise TypeError(f"tessera.init: metrics_port must be an int or None, not {type(metrics_port).__name__}")
+    if metrics_port is not None and not 0 <= metrics_port <= 65535:
+        raise ValueError(f"tessera.init: metrics_port {metrics_port} is not a port (0..65535; None: no endpoint)")
+    session = Session(master=str(master), rank=rank, world=world, keys=str(keys or ""), insecure=bool(insecure),
+                      register_timeout_ms=int(register_timeout_s * 1000), save_state=save_state,
+                      metrics_port=-1 if metrics_port is None else metrics_port,
+                      metrics_address=str(metrics_address or "127.0.0.1"))
+    if session.metrics_url:
+        logging.getLogger("tessera").info("trainer %d serving metrics on %s", rank, session.metrics_url)
+    return session
