@@ -134,7 +134,10 @@ class KeyedJaggedTensor:
 
 class KeyedTensor:
     """Pooled embeddings of several features side by side: values
-    [B x sum(dims)], keys in order, length_per_key their dims."""
+    [B x sum(dims)], keys in order, length_per_key their dims. Read as
+    TorchRec's KeyedTensor is (keys, values, length_per_key, offset_per_key,
+    key_dim, to_dict, kt[key]); torchrec.KeyedTensor.regroup and
+    regroup_as_dict take it too."""
 
     def __init__(self, keys: List[str], length_per_key: List[int], values: torch.Tensor):
         self._keys = list(keys)
@@ -150,11 +153,29 @@ class KeyedTensor:
     def length_per_key(self) -> List[int]:
         return self._length_per_key
 
+    def offset_per_key(self) -> List[int]:
+        """Where each key's columns start, and the end: [0, d0, d0+d1, ...]."""
+        return [0] + np.cumsum(self._length_per_key).tolist()
+
+    def key_dim(self) -> int:
+        return 1
+
+    def device(self) -> torch.device:
+        return self._values.device
+
+    def to(self, device, non_blocking: bool = False) -> "KeyedTensor":
+        return KeyedTensor(self._keys, self._length_per_key, self._values.to(device, non_blocking=non_blocking))
+
+    def _key_indices(self) -> Dict[str, int]:
+        # (TorchRec's KeyedTensor.regroup calls it when a group leaves a key out or repeats one.)
+        return {k: i for i, k in enumerate(self._keys)}
+
     def to_dict(self) -> Dict[str, torch.Tensor]:
         return dict(zip(self._keys, torch.split(self._values, self._length_per_key, dim=1)))
 
     def __getitem__(self, key: str) -> torch.Tensor:
-        return self.to_dict()[key]
+        i = self._key_indices()[key]
+        return self._values.narrow(1, sum(self._length_per_key[:i]), self._length_per_key[i])
 
 
 def _as_numpy(t, dtype, what):
@@ -247,7 +268,17 @@ class RemoteEmbeddings(torch.nn.Module):
         missing = [f for f in self.features if f not in set(keys)]
         if missing:
             raise ValueError(f"the batch lacks features of the job: {missing}")
-        lengths = _as_numpy(kjt.lengths(), torch.int32, "lengths")
+        if (callable(getattr(kjt, "variable_stride_per_key", None)) and kjt.variable_stride_per_key()
+                and len(set(kjt.stride_per_key())) > 1):
+            raise ValueError("the KeyedJaggedTensor has a batch size per feature (torchrec's variable batch, "
+                             "stride_per_key_per_rank): every feature needs the same batch here")
+        lengths = kjt.lengths()
+        if isinstance(lengths, torch.Tensor) and lengths.dtype == torch.int64:
+            # torchrec's KeyedJaggedTensor: int64 lengths (torch.tensor's default, or made from int64 offsets).
+            if lengths.numel() and int(lengths.max()) > torch.iinfo(torch.int32).max:
+                raise ValueError(f"lengths: {int(lengths.max())} ids in one bag (at most 2^31 - 1)")
+            lengths = lengths.to(torch.int32)
+        lengths = _as_numpy(lengths, torch.int32, "lengths")
         values = _as_numpy(kjt.values(), torch.int64, "values")
         w = kjt.weights_or_none()
         weights = None if w is None else _as_numpy(w, torch.float32, "weights")
@@ -281,6 +312,12 @@ class EmbeddingBagCollection(RemoteEmbeddings):
             raise ValueError(f"features {unpooled} are unpooled (pooling NONE): use EmbeddingCollection or "
                              "RemoteEmbeddings for this job")
 
+    def embedding_bag_configs(self) -> List[EmbeddingBagConfig]:
+        """The job's tables, as TorchRec's EmbeddingBagCollection gives its
+        own (torchrec.models.dlrm.DLRM reads them)."""
+        return [EmbeddingBagConfig(t["num_embeddings"], t["embedding_dim"], t["name"], list(t["feature_names"]),
+                                   PoolingType[t["pooling"]]) for t in self.job_tables]
+
     def forward(self, kjt) -> KeyedTensor:
         outs = self._lookup(kjt)
         values = [outs[f] for f in self.features]
@@ -297,6 +334,11 @@ class EmbeddingCollection(RemoteEmbeddings):
         pooled = [f for f, p in zip(self.features, self.pooled) if p]
         if pooled:
             raise ValueError(f"features {pooled} are pooled: use EmbeddingBagCollection or RemoteEmbeddings")
+
+    def embedding_configs(self) -> List[EmbeddingConfig]:
+        """The job's tables, as TorchRec's EmbeddingCollection gives its own."""
+        return [EmbeddingConfig(t["num_embeddings"], t["embedding_dim"], t["name"], list(t["feature_names"]))
+                for t in self.job_tables]
 
     def forward(self, kjt) -> Dict[str, JaggedTensor]:
         outs = self._lookup(kjt)

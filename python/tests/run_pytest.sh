@@ -4,6 +4,10 @@
 # tree) and an import of what it installed.
 #   python/tests/run_pytest.sh BUILD_DIR PYTHON
 # Exits 77 (skipped) where PYTHON lacks torch, pytest or pip, and says so.
+# TESSERA_TORCHREC_PYTHON=INTERPRETER adds a pass of test_torchrec_interop.py
+# with that interpreter (a virtual environment with torchrec, numpy and
+# pytest, of PYTHON's CPython version: ../shared/peers/README.md); PYTHON
+# skips that file where it has no torchrec.
 set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
 PY="$2"
@@ -15,7 +19,30 @@ for m in torch pytest numpy pip setuptools; do
   fi
 done
 PYTHONPATH="$BUILD/python" TESSERA_BUILD_DIR="$BUILD" \
-  timeout 600 "$PY" -m pytest -q -p no:cacheprovider "$HERE"
+  timeout 600 "$PY" -m pytest -q -rs -p no:cacheprovider "$HERE"
+
+if [ -n "${TESSERA_TORCHREC_PYTHON:-}" ]; then
+  TR="$TESSERA_TORCHREC_PYTHON"
+  echo "== test_torchrec_interop.py with $TR"
+  # The extension in $BUILD/python is built for PYTHON's CPython version.
+  want="$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+  got="$("$TR" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" || {
+    echo "FAIL: TESSERA_TORCHREC_PYTHON=$TR does not run" >&2; exit 1; }
+  if [ "$got" != "$want" ]; then
+    echo "FAIL: TESSERA_TORCHREC_PYTHON=$TR is CPython $got; the extension in $BUILD/python is built for $want" >&2
+    exit 1
+  fi
+  for m in torch torchrec numpy pytest; do
+    if ! "$TR" -c "import $m" 2>/dev/null; then
+      echo "FAIL: TESSERA_TORCHREC_PYTHON=$TR cannot import $m (../shared/peers/README.md makes its environment)" >&2
+      exit 1
+    fi
+  done
+  PYTHONPATH="$BUILD/python" TESSERA_BUILD_DIR="$BUILD" \
+    timeout 600 "$TR" -m pytest -q -p no:cacheprovider "$HERE/test_torchrec_interop.py"
+else
+  echo "== test_torchrec_interop.py with torchrec: skipped (set TESSERA_TORCHREC_PYTHON to an interpreter with torchrec to run it)"
+fi
 
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT

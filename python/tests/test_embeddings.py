@@ -20,7 +20,7 @@ import torch
 
 import tessera
 import tessera.torch as tt
-from conftest import BUILD
+from conftest import BUILD, read_rows
 
 ROWS = 24
 LR = 0.5
@@ -62,20 +62,6 @@ def make_kjt(features, lengths_per_feature, rng, weighted_features):
                                 torch.tensor(weights, dtype=torch.float32))
 
 
-def read_rows(session, module):
-    """Every table's rows as the servers hold them: one bag per row id,
-    weight 1, read without opening a step."""
-    features = module.features
-    kjt = tt.KeyedJaggedTensor(features, torch.arange(ROWS, dtype=torch.int64).repeat(len(features)),
-                               torch.ones(ROWS * len(features), dtype=torch.int32),
-                               torch.ones(ROWS * len(features), dtype=torch.float32))
-    module.eval()
-    with torch.no_grad():
-        out = module._lookup(kjt)  # {feature: rows}, whatever the module's own output
-    module.train()
-    return {f: out[f].clone() for f in features}
-
-
 def test_steps_match_embedding_bag_for_every_sharding_and_pooling(local_job):
     job = local_job(job_config("python_grads"), num_ps=2)
     session = tessera.init(master=job.address, rank=0, world=1, insecure=True)
@@ -84,7 +70,7 @@ def test_steps_match_embedding_bag_for_every_sharding_and_pooling(local_job):
     weighted = {table_name(s, "WEIGHTED") + "_f" for s in SHARDINGS}
     rng = np.random.default_rng(7)
     for step in range(3):
-        before = read_rows(session, emb)
+        before = read_rows(emb, ROWS)
         # Bags of 0..4 ids, some repeated, one empty bag at least.
         lens = [[0] + rng.integers(0, 5, size=5).tolist() for _ in emb.features]
         kjt = make_kjt(emb.features, lens, rng, weighted)
@@ -93,7 +79,7 @@ def test_steps_match_embedding_bag_for_every_sharding_and_pooling(local_job):
                     for i, f in enumerate(emb.features)}
         loss = sum((out[f] * upstream[f]).sum() for f in emb.features)
         loss.backward()
-        after = read_rows(session, emb)
+        after = read_rows(emb, ROWS)
 
         offset = 0
         for (sharding, pooling), f in zip(TABLES, emb.features):
@@ -226,9 +212,9 @@ def test_two_trainers_in_sync_mode_see_each_others_updates(local_job):
                 # Both trainers push a gradient of ones onto row `rank`.
                 kjt = tt.KeyedJaggedTensor(emb.features, torch.full((F,), rank, dtype=torch.int64),
                                            torch.ones(F, dtype=torch.int32))
-                before = read_rows(session, emb)
+                before = read_rows(emb, ROWS)
                 sum(o.sum() for o in emb(kjt).values()).backward()
-                results[rank] = (before, read_rows(session, emb))  # waits for both trainers' step 0
+                results[rank] = (before, read_rows(emb, ROWS))  # waits for both trainers' step 0
         except Exception as e:  # noqa: BLE001 - reported below, in the test's thread
             errors.append(e)
 
@@ -259,7 +245,7 @@ def train_steps(session, emb, steps, seed, between=None):
         kjt = make_kjt(emb.features, lens, rng, set())
         out = emb(kjt)
         sum((o * (k + 1)).sum() for k, o in enumerate(out.values())).backward()
-    return read_rows(session, emb)
+    return read_rows(emb, ROWS)
 
 
 def test_a_server_added_mid_job_changes_nothing_in_the_result(local_job):
@@ -303,7 +289,7 @@ def test_embedding_bag_takes_what_nn_embedding_bag_takes(local_job):
     job = local_job(config, num_ps=2)
     with tessera.init(master=job.address, insecure=True) as session:
         bag = tt.EmbeddingBag(session)
-        rows = read_rows(session, bag)[bag.features[0]]
+        rows = read_rows(bag, ROWS)[bag.features[0]]
         ref = torch.nn.EmbeddingBag.from_pretrained(rows, mode="sum")
         bag.eval()
         with torch.no_grad():
@@ -348,7 +334,7 @@ def test_a_checkpoint_keeps_the_trainers_state_and_a_resumed_job_starts_from_it(
     with tessera.init(master=job.address, insecure=True, save_state=save_state) as session:
         emb = tt.RemoteEmbeddings(session)
         train_steps(session, emb, 10, seed=5,
-                    between=lambda step: rows_at.__setitem__(step, read_rows(session, emb)) if step == 8 else None)
+                    between=lambda step: rows_at.__setitem__(step, read_rows(emb, ROWS)) if step == 8 else None)
     assert job.wait_master() == 0, job.log("master")
     assert saved == [4, 8], saved
 
@@ -357,7 +343,7 @@ def test_a_checkpoint_keeps_the_trainers_state_and_a_resumed_job_starts_from_it(
         assert session.start_step == 8 and session.step == 8
         assert session.start_state == b"dense state at step 8"
         emb = tt.RemoteEmbeddings(session)
-        rows = read_rows(session, emb)
+        rows = read_rows(emb, ROWS)
         for f in rows:
             assert torch.equal(rows[f], rows_at[8][f]), f
         train_steps(session, emb, 2, seed=6)
@@ -404,7 +390,7 @@ def test_prefetch_sends_the_next_lookup_early_in_async_jobs(local_job):
                 emb.train()
         assert session.step == 6
         # With nothing prefetched, evaluation lookups work again.
-        read_rows(session, emb)
+        read_rows(emb, ROWS)
     assert job.wait_master() == 0, job.log("master")
 
 
