@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
 # End-to-end benchmark: Tessera and the PyTorch RPC + DDP parameter server
 # (../shared/peers/torch_rpc_ps.py) one after the other, on the same
-# workloads, on this machine. Prints examples/s of each and the ratio.
+# workloads, on this machine; with --torchrec_python, TorchRec too
+# (../shared/peers/torchrec_peer.py). Prints examples/s of each and the ratios.
 #
 #   W1: 1 master, 1 ps, 2 trainers; 1 table 1,000,000 x 64; batch 512 bags of
 #       20 Zipf(1.05) ids per trainer; MLP 512-256-1 on the pooled embedding; SGD
 #   W2: the same with 8 tables of 200,000 rows on 2 parameter servers
 #
 #   bench/e2e_bench.sh [--steps N] [--mode async|sync] [--prefetch] [--workloads "w1 w2"] [--repeats R] [--python]
+#                      [--torchrec_python PATH]
 #
 # --python also runs each workload with PyTorch trainers (examples/dlrm_criteo.py
 # through tessera.torch, DDP over Gloo; docs/python.md) in the same run, and
 # prints their examples/s against the peer's and the C++ trainers'.
+#
+# --torchrec_python PATH runs the TorchRec peer with that interpreter (a virtual
+# environment with torchrec and fbgemm-gpu-cpu: ../shared/peers/README.md) after
+# the RPC peer, with the RPC peer's flags (the same workload, --steps, batch and
+# id stream; its --ps is ignored: the shards live in its 2 trainer processes),
+# twice: its plain loop and --pipeline (TrainPipelineSparseDist). The table and
+# the JSONL gain its examples/s and Tessera ÷ the better of its two loops.
+# TorchRec is synchronous whatever --mode says. Its JSON lines are kept in
+# run/bench/torchrec_W_LOOP.json, its stderr in .log beside them.
 #
 # Both systems time their steps after a warm-up (the peer: --warmup 20; Tessera:
 # the first 20 steps). Tessera runs async by default, the peer's own
@@ -21,6 +32,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEER="${TESSERA_PEER:-$ROOT/../shared/peers/torch_rpc_ps.py}"
+TORCHREC_PEER="${TESSERA_TORCHREC_PEER:-$ROOT/../shared/peers/torchrec_peer.py}"
+TORCHREC_PY=
 STEPS=200
 MODE=async
 PREFETCH=0
@@ -35,9 +48,22 @@ while [ $# -gt 0 ]; do
     --workloads) WORKLOADS="$2"; shift 2 ;;
     --repeats) REPEATS="$2"; shift 2 ;;
     --python) PYTHON=1; shift ;;
+    --torchrec_python) TORCHREC_PY="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
+if [ -n "$TORCHREC_PY" ]; then
+  if [ ! -f "$TORCHREC_PEER" ]; then
+    echo "--torchrec_python: the TorchRec peer $TORCHREC_PEER is missing" >&2
+    exit 2
+  fi
+  if ! "$TORCHREC_PY" -c "import torchrec, fbgemm_gpu" 2>/dev/null; then
+    echo "--torchrec_python $TORCHREC_PY cannot import torchrec and fbgemm_gpu (../shared/peers/README.md makes its environment)" >&2
+    exit 2
+  fi
+else
+  echo "TorchRec peer: not run (--torchrec_python PATH runs it; ../shared/peers/README.md makes its environment)"
+fi
 LABEL="$MODE"
 [ "$PREFETCH" = 1 ] && LABEL="$MODE+pf"
 TARGETS=(--target tessera_master --target tessera_ps --target tessera_trainer)
@@ -95,29 +121,71 @@ peer_run() {  # workload -> examples/s
     python3 -c "import json,sys;print(round(json.loads(sys.stdin.read())['examples_per_s']))"
 }
 
-printf '%-4s %-8s %14s %14s %7s\n' load mode tessera_ex/s peer_ex/s ratio
+torchrec_run() {  # workload plain|pipeline -> examples/s (n/a where it failed: see its .log)
+  local args=() loop=() out="$OUT/torchrec_$1_$2"
+  [ "$1" = w2 ] && args=(--tables 8 --ps 2 --num-embeddings 200000)
+  [ "$2" = pipeline ] && loop=(--pipeline)
+  "$TORCHREC_PY" "$TORCHREC_PEER" --steps "$STEPS" "${args[@]}" "${loop[@]}" 2>"$out.log" | tail -n 1 >"$out.json" || true
+  python3 -c "import json,sys;print(round(json.load(open(sys.argv[1]))['examples_per_s']))" "$out.json" 2>/dev/null ||
+    echo "n/a"
+}
+
+ratio() {  # a b -> a / b, or n/a
+  python3 -c "print('%.2f' % ($1 / $2))" 2>/dev/null || echo n/a
+}
+
+if [ -n "$TORCHREC_PY" ]; then
+  printf '%-4s %-8s %14s %14s %7s %14s %14s %7s\n' load mode tessera_ex/s peer_ex/s ratio \
+    torchrec_ex/s trec_pipe_ex/s ratio_tr
+else
+  printf '%-4s %-8s %14s %14s %7s\n' load mode tessera_ex/s peer_ex/s ratio
+fi
 for w in $WORKLOADS; do
   for _ in $(seq 1 "$REPEATS"); do
     t=$(tessera_run "$w")
     p=$(peer_run "$w")
-    ratio=$(python3 -c "print('%.2f' % ($t / $p))" 2>/dev/null || echo n/a)
-    printf '%-4s %-8s %14s %14s %7s\n' "$w" "$LABEL" "$t" "$p" "$ratio"
+    ratio=$(ratio "$t" "$p")
+    trec=() trec_json=""
+    if [ -n "$TORCHREC_PY" ]; then
+      tr_plain=$(torchrec_run "$w" plain)
+      tr_pipe=$(torchrec_run "$w" pipeline)
+      # Tessera against the better of TorchRec's two loops.
+      best=$(python3 -c "import sys; v = [float(x) for x in sys.argv[1:] if x != 'n/a']; print(round(max(v)) if v else 'n/a')" "$tr_plain" "$tr_pipe")
+      trec=("$tr_plain" "$tr_pipe" "$(ratio "$t" "$best")")
+      trec_json=", \"torchrec_examples_per_s\": \"$tr_plain\", \"torchrec_pipeline_examples_per_s\": \"$tr_pipe\""
+      printf '%-4s %-8s %14s %14s %7s %14s %14s %7s\n' "$w" "$LABEL" "$t" "$p" "$ratio" "${trec[@]}"
+    else
+      printf '%-4s %-8s %14s %14s %7s\n' "$w" "$LABEL" "$t" "$p" "$ratio"
+    fi
     if [ "$PYTHON" = 1 ]; then
       py=$(tessera_run "$w" python)
-      printf '%-4s %-8s %14s %14s %7s   (PyTorch trainers: %s of the C++ trainers)\n' "$w" "$LABEL+py" "$py" "$p" \
-        "$(python3 -c "print('%.2f' % ($py / $p))" 2>/dev/null || echo n/a)" \
-        "$(python3 -c "print('%.2f' % ($py / $t))")"
-      echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$LABEL+py\", \"steps\": $STEPS, \"tessera_examples_per_s\": $py, \"cpp_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\"}" | tee -a "$LAST" >>"$OUT/results.jsonl"
+      py_trec="" py_trec_json="$trec_json"
+      if [ -n "$TORCHREC_PY" ]; then
+        py_trec="$(printf ' %14s %14s %7s' "$tr_plain" "$tr_pipe" "$(ratio "$py" "$best")")"
+        py_trec_json="$trec_json, \"ratio_torchrec\": \"$(ratio "$py" "$best")\""
+      fi
+      printf '%-4s %-8s %14s %14s %7s%s   (PyTorch trainers: %s of the C++ trainers)\n' "$w" "$LABEL+py" "$py" "$p" \
+        "$(ratio "$py" "$p")" "$py_trec" "$(ratio "$py" "$t")"
+      echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$LABEL+py\", \"steps\": $STEPS, \"tessera_examples_per_s\": $py, \"cpp_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\"$py_trec_json}" | tee -a "$LAST" >>"$OUT/results.jsonl"
     fi
-    echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$LABEL\", \"steps\": $STEPS, \"tessera_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\", \"ratio\": \"$ratio\"}" | tee -a "$LAST" >>"$OUT/results.jsonl"
+    if [ -n "$TORCHREC_PY" ]; then
+      trec_json="$trec_json, \"ratio_torchrec\": \"${trec[2]}\""
+    fi
+    echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$LABEL\", \"steps\": $STEPS, \"tessera_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\", \"ratio\": \"$ratio\"$trec_json}" | tee -a "$LAST" >>"$OUT/results.jsonl"
   done
 done
 
 # Pictures (Debian's python3-matplotlib; skipped, said, without): the
 # ratios of this run, and the Tessera runs' loss, examples/s and step time.
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
-  "$ROOT/scripts/plot_bench.py" "$LAST" --out "$OUT/e2e.png" \
-    --title "examples/s, Tessera $LABEL vs the PyTorch RPC peer (median of $REPEATS)"
+  series=()
+  title="examples/s, Tessera $LABEL vs the PyTorch RPC peer (median of $REPEATS)"
+  if [ -n "$TORCHREC_PY" ]; then
+    series=(--series tessera_examples_per_s=Tessera --series "peer_examples_per_s=PyTorch RPC + DDP peer"
+            --series torchrec_examples_per_s=TorchRec --series "torchrec_pipeline_examples_per_s=TorchRec --pipeline")
+    title="examples/s, Tessera $LABEL vs the PyTorch RPC peer and TorchRec (median of $REPEATS)"
+  fi
+  "$ROOT/scripts/plot_bench.py" "$LAST" --out "$OUT/e2e.png" --title "$title" "${series[@]}"
   runs=()
   for w in $WORKLOADS; do runs+=("$OUT/tessera_$w"); done
   "$ROOT/scripts/plot_run.py" "${runs[@]}" --out "$OUT/plots" >/dev/null && echo "$OUT/plots/*.png"
