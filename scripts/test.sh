@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite through
 # CTest; then runs the unit tests again in an AddressSanitizer +
-# UndefinedBehaviorSanitizer build (memory errors in a server are data loss);
-# then runs each fuzz target (tests/fuzz, clang + libFuzzer) for 10 s.
+# UndefinedBehaviorSanitizer build (memory errors in a server are data loss)
+# and each fuzz target (tests/fuzz, clang + libFuzzer) for 10 s, both from
+# one clang build in build-fuzz/.
 # As root it also runs the cluster tests (tests/cluster: test hosts in
 # network namespaces, a SLURM cluster on them), installing Debian's
 # slurm-wlm and munge for them; otherwise CTest shows them skipped.
@@ -67,30 +68,57 @@ fi
 echo "== tests (release)"
 (cd "$ROOT/build" && ctest --output-on-failure -j"$JOBS")
 
-if [ "$ASAN" = 1 ]; then
-  echo "== build (AddressSanitizer + UndefinedBehaviorSanitizer, unit tests)"
-  cmake -S "$ROOT" -B "$ROOT/build-asan" -DTESSERA_SANITIZE=ON -DTESSERA_WITH_CUDA=OFF -DTESSERA_PYTHON=OFF \
-    -DTESSERA_WERROR=ON >/dev/null
-  UNIT_TARGETS=$(cd "$ROOT/build-asan" && ctest -N -L unit | awk '/Test +#/ {print $3}')
-  # shellcheck disable=SC2086
-  cmake --build "$ROOT/build-asan" -j"$JOBS" --target $UNIT_TARGETS
-  echo "== unit tests (sanitizers)"
-  (cd "$ROOT/build-asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --output-on-failure -j"$JOBS" -L unit)
+# The sanitizer pass: one clang build in build-fuzz/ (scripts/build.sh
+# --fuzz: every library under ASan + UBSan, instrumented for libFuzzer's
+# coverage) holds both the unit tests and the fuzz targets. clang compiles
+# this twice as fast as gcc under the sanitizers, and the libraries are built
+# once for both. Where clang or libFuzzer is missing, the unit tests run in a
+# gcc ASan + UBSan build (build-asan/) and the fuzz pass says it is skipped.
+probe="$(mktemp -d)"
+HAVE_FUZZER=0
+if echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
+  clang++ -x c++ -fsanitize=fuzzer - -o "$probe/probe" 2>/dev/null; then
+  HAVE_FUZZER=1
 fi
-if [ "$FUZZ" = 1 ]; then
-  # install_deps.sh installs clang and libFuzzer; where it could not, say so
-  # rather than fail the suite on a missing compiler.
-  probe="$(mktemp -d)"
-  if echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
-    clang++ -x c++ -fsanitize=fuzzer - -o "$probe/probe" 2>/dev/null; then
-    echo "== build (clang, libFuzzer: fuzz targets)"
-    "$ROOT/scripts/build.sh" --fuzz -DTESSERA_WERROR=ON --target tessera_fuzz
+rm -rf "$probe"
+SAN_OPTS=(env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1)
+if [ "$HAVE_FUZZER" = 1 ] && { [ "$ASAN" = 1 ] || [ "$FUZZ" = 1 ]; }; then
+  echo "== build (clang, AddressSanitizer + UndefinedBehaviorSanitizer, libFuzzer: unit tests and fuzz targets)"
+  # Configured as scripts/build.sh --fuzz configures it (bench/fuzz.sh's build).
+  cmake -S "$ROOT" -B "$ROOT/build-fuzz" -DCMAKE_CXX_COMPILER=clang++ -DTESSERA_FUZZ=ON -DTESSERA_WITH_CUDA=OFF \
+    -DTESSERA_PYTHON=OFF -DTESSERA_WERROR=ON >/dev/null
+  SAN_TARGETS=""
+  if [ "$ASAN" = 1 ]; then
+    SAN_TARGETS=$(cd "$ROOT/build-fuzz" && ctest -N -L unit | awk '/Test +#/ {print $3}')
+  fi
+  if [ "$FUZZ" = 1 ]; then
+    SAN_TARGETS="$SAN_TARGETS tessera_fuzz"
+  fi
+  # shellcheck disable=SC2086
+  cmake --build "$ROOT/build-fuzz" -j"$JOBS" --target $SAN_TARGETS
+  if [ "$ASAN" = 1 ]; then
+    echo "== unit tests (sanitizers)"
+    (cd "$ROOT/build-fuzz" && "${SAN_OPTS[@]}" ctest --output-on-failure -j"$JOBS" -L unit)
+  fi
+  if [ "$FUZZ" = 1 ]; then
     echo "== fuzz targets (10 s each)"
     (cd "$ROOT/build-fuzz" && ctest --output-on-failure -j"$JOBS" -L fuzz)
-  else
+  fi
+else
+  if [ "$ASAN" = 1 ]; then
+    echo "== build (gcc, AddressSanitizer + UndefinedBehaviorSanitizer, unit tests)"
+    cmake -S "$ROOT" -B "$ROOT/build-asan" -DTESSERA_SANITIZE=ON -DTESSERA_WITH_CUDA=OFF -DTESSERA_PYTHON=OFF \
+      -DTESSERA_WERROR=ON >/dev/null
+    UNIT_TARGETS=$(cd "$ROOT/build-asan" && ctest -N -L unit | awk '/Test +#/ {print $3}')
+    # shellcheck disable=SC2086
+    cmake --build "$ROOT/build-asan" -j"$JOBS" --target $UNIT_TARGETS
+    echo "== unit tests (sanitizers)"
+    (cd "$ROOT/build-asan" && "${SAN_OPTS[@]}" ctest --output-on-failure -j"$JOBS" -L unit)
+  fi
+  # install_deps.sh installs clang and libFuzzer; where it could not, say so
+  # rather than fail the suite on a missing compiler.
+  if [ "$FUZZ" = 1 ]; then
     echo "== fuzz targets SKIPPED: clang++ with libFuzzer (-fsanitize=fuzzer) is not installed"
   fi
-  rm -rf "$probe"
 fi
 echo "== all tests passed"

@@ -8,9 +8,6 @@
 namespace tessera::kernels {
 namespace {
 
-// The oldest GPU the kernels are compiled for (kernels/CMakeLists.txt: sm_80).
-constexpr int kMinComputeMajor = 8;
-
 // "cuda:N" -> N; -1 for anything else.
 int ParseCudaIndex(const std::string& spec) {
   const std::string prefix = "cuda:";
@@ -26,6 +23,9 @@ int ParseCudaIndex(const std::string& spec) {
 }
 
 #if defined(TESSERA_HAVE_CUDA)
+// The oldest GPU the kernels are compiled for (kernels/CMakeLists.txt: sm_80).
+constexpr int kMinComputeMajor = 8;
+
 std::string CudaErrorText(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
 
 // The number of devices, or why none can be used (then *count is 0).
