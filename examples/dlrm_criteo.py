@@ -193,11 +193,17 @@ def main():
     p.add_argument("--insecure", action="store_true")
     p.add_argument("--dist_init", default="tcp://127.0.0.1:29500", help="torch.distributed's rendezvous (world > 1)")
     p.add_argument("--metrics_file", help="per-step metrics as JSON lines")
+    p.add_argument("--metrics_port", type=int, default=None,
+                   help="serve Prometheus metrics on this port, as the C++ trainer's flag (0: any free port)")
+    p.add_argument("--metrics_address", default=None, help="where the metrics endpoint listens (127.0.0.1)")
     args = p.parse_args()
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 prints where every thread is
     torch.set_num_threads(1)
     with tessera.init(master=args.master, rank=args.rank, world=args.world, keys=args.keys,
-                      insecure=args.insecure) as session:
+                      insecure=args.insecure, metrics_port=args.metrics_port,
+                      metrics_address=args.metrics_address) as session:
+        if session.metrics_url:
+            print(f"trainer {args.rank}: metrics at {session.metrics_url}", flush=True)
         result, _ = train(session, args.rank, args.world, args.dist_init, args.metrics_file)
         session.finish(eval=result.get("eval"))
 

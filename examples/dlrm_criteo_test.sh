@@ -26,6 +26,13 @@ elif [ "$code" != 0 ]; then
   echo "FAIL: the PyTorch job failed ($code)" >&2
   exit 1
 fi
+# run_dlrm_criteo.sh asks each PyTorch trainer for a metrics endpoint.
+for r in 0 1; do
+  grep -q "trainer $r: metrics at http://127.0.0.1:" "$WORK/py/trainer$r.log" || {
+    echo "FAIL: PyTorch trainer $r did not say where its metrics are ($WORK/py/trainer$r.log)" >&2
+    exit 1
+  }
+done
 timeout 300 "$ROOT/scripts/launch_local.sh" --ps 2 --trainers 2 --config "$ROOT/configs/criteo_dlrm.json" \
   --run_dir "$WORK/cc" -- --dump_dir "$WORK/cc/dump" >"$WORK/cc.out" 2>&1 || {
   tail -30 "$WORK/cc.out"

@@ -2,7 +2,8 @@
 # examples/dlrm_criteo.py as a job on this machine: 1 master, 2 parameter
 # servers, 2 PyTorch trainers (DDP over Gloo), configs/criteo_dlrm.json on
 # the Criteo sample in ../shared/data; then the dev split's figures from
-# the job's summary.
+# the job's summary. Each trainer serves Prometheus metrics on a free port
+# of 127.0.0.1 (the URL is in its log, trainer<r>.log).
 #   examples/run_dlrm_criteo.sh [RUN_DIR] [-- extra master flags]
 # Needs the build (scripts/build.sh: build/python) and Debian's python3-torch.
 # Exits 77 (nothing run) where the Criteo sample is absent.
@@ -26,7 +27,7 @@ fi
 PORT="$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" "$ROOT/scripts/launch_local.sh" --ps 2 --trainers 2 \
   --config "$CONFIG" --run_dir "$RUN_DIR" --trainer_cmd "$ROOT/examples/dlrm_criteo.py" \
-  --trainer_flags "--dist_init tcp://127.0.0.1:$PORT" -- "$@"
+  --trainer_flags "--dist_init tcp://127.0.0.1:$PORT --metrics_port 0" -- "$@"
 /usr/bin/python3 -c "
 import json, sys
 s = json.load(open('$RUN_DIR/summary.json'))
