@@ -33,6 +33,7 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Paramete
                                        const std::atomic<bool>* cancel) {
     return self->CallServer(endpoint, std::move(request), timeout, cancel);
   };
+  service_options.end_server_calls = [self] { self->EndServerCalls(); };
   ps->service_ = std::make_unique<PsService>(service_options);
   PsService* service = ps->service_.get();
   TESSERA_ASSIGN_OR_RETURN(
@@ -73,10 +74,16 @@ StatusOr<Message> ParameterServer::CallServer(const std::string& endpoint, Messa
   return reply.Wait();
 }
 
+void ParameterServer::EndServerCalls() {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  for (const auto& [endpoint, peer] : server_peers_) client_->Disconnect(peer);
+  server_peers_.clear();
+}
+
 ParameterServer::~ParameterServer() {
   if (server_) server_->Stop();
-  // Its fetches use client_, which goes first.
-  if (service_) service_->EndMigration();
+  // Its fetches and EndServerCalls use client_, which would go first.
+  service_.reset();
 }
 
 Status ParameterServer::Register() {

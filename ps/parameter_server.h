@@ -80,6 +80,8 @@ class ParameterServer {
   // PsServiceOptions::call_server.
   StatusOr<Message> CallServer(const std::string& endpoint, Message&& request, std::chrono::milliseconds timeout,
                                const std::atomic<bool>* cancel);
+  // Closes the connections CallServer opened: PsServiceOptions::end_server_calls.
+  void EndServerCalls();
   std::mutex peers_mu_;
   std::map<std::string, int> server_peers_;  // GUARDED_BY(peers_mu_): endpoint -> client peer
   std::string endpoint_;

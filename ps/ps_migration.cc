@@ -53,6 +53,7 @@ void PsService::EndMigration() {
   // A precopy's sources stop remembering updated rows.
   for (const auto& [id, shard] : *shards) shard->TrackChanges(false);
   ReturnFreedHeapMemory();  // what the migration staged or remembered
+  if (end_server_calls_) end_server_calls_();  // its fetches ended with its thread
 }
 
 void PsService::Migrate(const MigrateRequest& req, std::function<void(StatusOr<json>)> done) {

@@ -107,6 +107,11 @@ struct Node {
       }
       return client->CallSync(peer, std::move(m), std::min(timeout, milliseconds(5000)));
     };
+    options.end_server_calls = [this] {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const auto& [endpoint, peer] : peers) client->Disconnect(peer);
+      peers.clear();
+    };
     service = std::make_unique<PsService>(options);
     server = std::move(RpcServer::Start(RpcServerOptions{"tcp://127.0.0.1:0", 2}, [this](Message&& m, Responder r) {
                          service->Handle(std::move(m), std::move(r));
@@ -117,6 +122,11 @@ struct Node {
     service->EndMigration();
   }
   std::string endpoint() const { return server->endpoint(); }
+  // Connections to other servers this node has open for its fetches.
+  size_t open_peers() {
+    std::lock_guard<std::mutex> lock(mu);
+    return peers.size();
+  }
 };
 
 class MigrationTest : public ::testing::TestWithParam<std::string> {
@@ -297,9 +307,14 @@ TEST_P(MigrationTest, RowsAndOptimizerStateMoveAndTrainOnAsIfNothingMoved) {
   // Until CREATE_SHARDS the old plan is what a serves.
   EXPECT_EQ(a->service->plan_version(), 1u);
   EXPECT_EQ(Table({a}, one, 0, 5), Table({reference}, one, 0, 5));
+  EXPECT_EQ(b->open_peers(), 1u);  // to a, its source
 
   ASSERT_TRUE(a->service->CreateShards(job, two, {}, /*keep=*/true, /*staged=*/2).ok());
   ASSERT_TRUE(b->service->CreateShards(job, two, {}, /*keep=*/true, /*staged=*/2).ok());
+  // The migration is over: its connections are closed (a source that left
+  // the job would otherwise stay connected, and reconnected to, for good).
+  EXPECT_EQ(a->open_peers(), 0u);
+  EXPECT_EQ(b->open_peers(), 0u);
   for (int t = 0; t < 2; ++t) EXPECT_EQ(Table({a, b}, two, t, 5), Table({reference}, one, t, 5)) << "table " << t;
   // Training on: the Adagrad state moved with the rows, so the updates match.
   Train({a, b}, two, 5, 3);
@@ -463,7 +478,9 @@ TEST_P(MigrationTest, ALeavingServerHandsItsRowsOver) {
   auto left = on_b.get_future().get();
   ASSERT_TRUE(left.ok()) << left.status();
   EXPECT_EQ((*left)["shards"], 0);
+  EXPECT_EQ(a->open_peers(), 2u);  // to b, and to itself for its own rows' new cut
   ASSERT_TRUE(a->service->CreateShards(job, one, {}, true, 2).ok());
+  EXPECT_EQ(a->open_peers(), 0u);
   for (int t = 0; t < 2; ++t) EXPECT_EQ(Table({a}, one, t, 4), Table({reference}, ref_plan, t, 4)) << "table " << t;
 }
 

@@ -38,6 +38,7 @@ PsService::PsService(PsServiceOptions options)
       before_control_(options.before_control),
       stores_named_by_id_(options.stores_named_by_id),
       call_server_(std::move(options.call_server)),
+      end_server_calls_(std::move(options.end_server_calls)),
       fetch_reply_bytes_(std::max<int64_t>(1, options.fetch_reply_bytes)),
       shards_(std::make_shared<ShardMap>()),
       open_to_any_sender_(options.open_to_any_sender),
@@ -210,6 +211,7 @@ Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, c
   // INTERNAL of a dropped request: a new plan replaced theirs.
   AnswerReleased(std::move(parked));
   ReturnFreedHeapMemory();  // the old shards' and the restore's
+  if (staged != 0 && end_server_calls_) end_server_calls_();  // the migration's fetches are over
   return Status::OK();
 }
 

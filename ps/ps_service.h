@@ -87,6 +87,13 @@ struct PsServiceOptions {
                                                        std::chrono::milliseconds timeout,
                                                        const std::atomic<bool>* cancel)>;
   CallServerFn call_server;
+  // Called when no migration is in flight any more (its rows swapped in, or
+  // it was dropped): call_server may close the connections it opened. A
+  // server that died or left would otherwise keep its socket, its monitor
+  // and ZeroMQ's reconnect attempts in this process for good, one more per
+  // server change (the soak's +3 descriptors per lost server); the next
+  // migration connects again, which costs a handshake per source.
+  std::function<void()> end_server_calls;
   // Bytes of rows one FETCH_ROWS reply carries at most (the pages a
   // migration moves a shard in).
   int64_t fetch_reply_bytes = int64_t{32} << 20;
@@ -264,6 +271,7 @@ class PsService {
   const std::function<void(Opcode)> before_control_;
   const bool stores_named_by_id_;
   const PsServiceOptions::CallServerFn call_server_;
+  const std::function<void()> end_server_calls_;
   const int64_t fetch_reply_bytes_;
   // Drops the current shards once no request uses them (CreateShards), but
   // those of `keep` that are the same shard, which go to *kept.
