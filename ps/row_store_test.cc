@@ -242,6 +242,47 @@ TEST_P(RowStoreContract, ConcurrentReadersAndAWriterSeeWholeRows) {
   EXPECT_EQ(torn.load(), 0);
 }
 
+// Reads that meet new rows, several at once, with repeats within a read and
+// rows stored already: every row is created once, from its initializer, and
+// every read sees each of its ids' rows whole.
+TEST_P(RowStoreContract, ConcurrentReadsCreateEachNewRowOnce) {
+  std::vector<int64_t> stored;
+  for (int64_t i = 0; i < 300; i += 3) stored.push_back(i);
+  ASSERT_TRUE(store_->Update(stored, [](float* const* rows, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      for (int c = 0; c < kWidth; ++c) rows[i][c] += 0.5f;
+    }
+  }).ok());
+  auto expected = [](int64_t id, int c) { return static_cast<float>(id * 10 + c) + (id % 3 == 0 ? 0.5f : 0.0f); };
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 3; ++t) {
+    readers.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round) {
+        // Overlapping windows of new and stored ids, each twice.
+        std::vector<int64_t> ids;
+        for (int64_t i = 0; i < 40; ++i) ids.push_back((t * 37 + round * 13 + i) % 300);
+        for (int64_t i = 0; i < 40; i += 2) ids.push_back(ids[i]);
+        const Status st = store_->Read(ids, [&](const float* const* rows, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            for (int c = 0; c < kWidth; ++c) {
+              if (rows[i][c] != expected(ids[i], c)) ++wrong;
+            }
+          }
+        });
+        if (!st.ok()) ++wrong;
+      }
+    });
+  }
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  std::vector<int64_t> all(300);
+  for (int64_t i = 0; i < 300; ++i) all[i] = i;
+  const std::vector<float> rows = FullRows(all);
+  ASSERT_EQ(rows.size(), all.size() * kWidth);
+  for (int64_t i = 0; i < 300; ++i) EXPECT_EQ(rows[i * kWidth + 1], expected(i, 1)) << "row " << i;
+}
+
 TEST_P(RowStoreContract, ValuesSurviveEvictionAndPromotion) {
   // Far more rows than a small tier holds, written in batches, read back in
   // another order: each row comes back from wherever it went.
