@@ -115,6 +115,7 @@ void RpcServer::Stop() {
     for (auto& t : workers_) t.join();
     // Work that never reached a worker is answered, not dropped silently.
     for (Work& w : work_) {
+      if (w.task) continue;
       sink_->Push(std::move(w.routing_id), MakeErrorReply(w.request.header, Status::Unavailable("server stopping")));
     }
     work_.clear();
@@ -182,6 +183,20 @@ void RpcServer::Dispatch(std::string routing_id, Role peer_role, Message&& reque
   work_cv_.notify_one();
 }
 
+void RpcServer::Post(std::function<void()> task) {
+  if (workers_.empty()) {
+    task();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(work_mu_);
+    Work w;
+    w.task = std::move(task);
+    work_.push_back(std::move(w));
+  }
+  work_cv_.notify_one();
+}
+
 void RpcServer::WorkerLoop() {
   for (;;) {
     Work w;
@@ -191,6 +206,14 @@ void RpcServer::WorkerLoop() {
       if (workers_done_) return;
       w = std::move(work_.front());
       work_.pop_front();
+    }
+    if (w.task) {
+      try {
+        w.task();
+      } catch (const std::exception& e) {
+        LOG(ERROR) << "posted task threw: " << e.what();
+      }
+      continue;
     }
     Responder responder(sink_, std::move(w.routing_id), w.request.header, w.peer_role, w.received, w.bytes);
     try {

@@ -112,6 +112,12 @@ class RpcServer {
   // `labels` name this server (role=...).
   void WriteMetrics(PrometheusText* out, const MetricLabels& labels) const;
 
+  // Runs `task` on a worker thread, after the requests already waiting
+  // (inline where the server has no workers): a handler hands work it
+  // cannot start itself to the other workers, e.g. the lookups a sync step
+  // released all at once. A task still waiting at Stop is destroyed unrun.
+  void Post(std::function<void()> task);
+
   // Stops receiving, finishes handlers already running, sends the replies
   // they produced, joins every thread. Idempotent.
   void Stop();
@@ -140,6 +146,7 @@ class RpcServer {
     Message request;
     std::chrono::steady_clock::time_point received;
     size_t bytes = 0;
+    std::function<void()> task;  // Post's, instead of a request
   };
   mutable std::mutex work_mu_;
   std::condition_variable work_cv_;

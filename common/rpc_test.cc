@@ -3,7 +3,11 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <condition_variable>
 #include <filesystem>
+#include <future>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "common/rpc_client.h"
@@ -57,6 +61,17 @@ class EchoFixture : public ::testing::Test {
     server_.reset();
   }
 
+  // Until a kCommand request is parked (or a second passed).
+  void WaitForParked() {
+    for (int i = 0; i < 500; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!parked_.empty()) return;
+      }
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+  }
+
   std::unique_ptr<RpcServer> server_;
   std::unique_ptr<RpcClient> client_;
   int peer_ = -1;
@@ -94,13 +109,7 @@ TEST_F(EchoFixture, DeadlineExceededWhenNoReply) {
 
 TEST_F(EchoFixture, DeferredReplyFromAnotherThread) {
   RpcFuture f = client_->Call(peer_, Message(Opcode::kCommand), milliseconds(5000));
-  for (int i = 0; i < 500; ++i) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!parked_.empty()) break;
-    }
-    std::this_thread::sleep_for(milliseconds(2));
-  }
+  WaitForParked();
   std::thread t([this] {
     std::lock_guard<std::mutex> lock(mu_);
     ASSERT_EQ(parked_.size(), 1u);
@@ -108,6 +117,98 @@ TEST_F(EchoFixture, DeferredReplyFromAnotherThread) {
   });
   t.join();
   EXPECT_TRUE(f.Wait().ok());
+}
+
+// A handler hands a parked request to another worker with Post: it is
+// answered from there while the posting worker is still busy.
+TEST_F(EchoFixture, PostedTasksRunOnAnotherWorker) {
+  RpcFuture parked = client_->Call(peer_, Message(Opcode::kCommand), milliseconds(5000));
+  WaitForParked();
+  std::shared_ptr<Responder> r;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSERT_EQ(parked_.size(), 1u);
+    r = std::make_shared<Responder>(std::move(parked_[0]));
+    parked_.clear();
+  }
+  std::promise<std::thread::id> ran_on;
+  const auto poster = std::this_thread::get_id();
+  server_->Post([r, &ran_on] {
+    ran_on.set_value(std::this_thread::get_id());
+    r->ReplyOk();
+  });
+  EXPECT_TRUE(parked.Wait().ok());
+  EXPECT_NE(ran_on.get_future().get(), poster);
+  // Requests still flow around posted tasks.
+  EXPECT_TRUE(client_->CallSync(peer_, Message(Opcode::kHeartbeat), milliseconds(5000)).ok());
+}
+
+// A server without workers runs a posted task at once; one that stops
+// destroys the tasks still waiting, and a parked request they held is
+// answered, not left to its deadline.
+TEST(RpcServerTest, PostRunsInlineWithoutWorkersAndStopDropsWaitingTasks) {
+  auto inline_server = RpcServer::Start(RpcServerOptions{"tcp://127.0.0.1:0", 0}, [](Message&&, Responder r) {
+    r.ReplyOk();
+  });
+  ASSERT_TRUE(inline_server.ok()) << inline_server.status();
+  bool ran = false;
+  (*inline_server)->Post([&ran] { ran = true; });
+  EXPECT_TRUE(ran);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false, busy_entered = false;
+  std::vector<Responder> parked;
+  auto server = RpcServer::Start(RpcServerOptions{"tcp://127.0.0.1:0", 1}, [&](Message&& m, Responder r) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (m.header.op == Opcode::kCommand) {
+      parked.push_back(std::move(r));
+      cv.notify_all();
+      return;
+    }
+    // Holds the only worker until released.
+    busy_entered = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+    r.ReplyOk();
+  });
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = std::move(RpcClient::Create()).value();
+  const int peer = *client->Connect((*server)->endpoint());
+  RpcFuture held = client->Call(peer, Message(Opcode::kCommand), milliseconds(10000));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return !parked.empty(); }));
+  }
+  RpcFuture busy = client->Call(peer, Message(Opcode::kHeartbeat), milliseconds(10000));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return busy_entered; }));
+  }
+  std::atomic<bool> task_ran{false};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto r = std::make_shared<Responder>(std::move(parked[0]));
+    (*server)->Post([r, &task_ran] {
+      task_ran = true;
+      r->ReplyOk();
+    });
+  }
+  std::thread stopper([&] { (*server)->Stop(); });
+  std::this_thread::sleep_for(milliseconds(100));  // Stop is waiting for the worker
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  stopper.join();
+  EXPECT_TRUE(busy.Wait().ok());
+  // Answered either way, well before its deadline: by the task, or (Stop
+  // came first, as it nearly always does) by the dropped task's Responder.
+  const auto asked = std::chrono::steady_clock::now();
+  const Status answer = held.Wait().status();
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(5));
+  EXPECT_EQ(answer.code(), task_ran.load() ? StatusCode::kOk : StatusCode::kInternal) << answer;
 }
 
 TEST_F(EchoFixture, DroppedResponderAnswersInternal) {

@@ -34,6 +34,8 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Paramete
     return self->CallServer(endpoint, std::move(request), timeout, cancel);
   };
   service_options.end_server_calls = [self] { self->EndServerCalls(); };
+  // Released lookups come only from requests server_ handed in: it exists.
+  service_options.run_on_worker = [self](std::function<void()> task) { self->server_->Post(std::move(task)); };
   ps->service_ = std::make_unique<PsService>(service_options);
   PsService* service = ps->service_.get();
   TESSERA_ASSIGN_OR_RETURN(

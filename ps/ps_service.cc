@@ -39,6 +39,7 @@ PsService::PsService(PsServiceOptions options)
       stores_named_by_id_(options.stores_named_by_id),
       call_server_(std::move(options.call_server)),
       end_server_calls_(std::move(options.end_server_calls)),
+      run_on_worker_(std::move(options.run_on_worker)),
       fetch_reply_bytes_(std::max<int64_t>(1, options.fetch_reply_bytes)),
       shards_(std::make_shared<ShardMap>()),
       open_to_any_sender_(options.open_to_any_sender),
@@ -319,11 +320,19 @@ void PsService::Abort(const Status& reason) {
 }
 
 void PsService::AnswerReleased(Gate::Released&& released) {
-  for (DeferredLookup& d : released.lookups) {
-    if (released.status.ok()) {
-      ServeLookup(std::move(d.request), std::move(d.responder));
+  if (!released.status.ok()) {
+    for (DeferredLookup& d : released.lookups) d.responder.ReplyError(released.status);
+    return;
+  }
+  const size_t n = released.lookups.size();
+  for (size_t i = 0; i < n; ++i) {
+    DeferredLookup& d = released.lookups[i];
+    if (i + 1 < n && run_on_worker_) {
+      // std::function needs a copyable task; the Responder is not.
+      auto moved = std::make_shared<DeferredLookup>(std::move(d));
+      run_on_worker_([this, moved] { ServeLookup(std::move(moved->request), std::move(moved->responder)); });
     } else {
-      d.responder.ReplyError(released.status);
+      ServeLookup(std::move(d.request), std::move(d.responder));  // the last one here
     }
   }
 }

@@ -94,6 +94,12 @@ struct PsServiceOptions {
   // server change (the soak's +3 descriptors per lost server); the next
   // migration connects again, which costs a handshake per source.
   std::function<void()> end_server_calls;
+  // Runs a task on another of the server's worker threads (RpcServer::Post).
+  // A sync step's last push releases every trainer's lookup of the next
+  // step at once (with prefetch, all of them wait there); they are served
+  // side by side rather than one after another on the pushing thread, while
+  // the other workers idle. Null: served on the calling thread.
+  std::function<void(std::function<void()>)> run_on_worker;
   // Bytes of rows one FETCH_ROWS reply carries at most (the pages a
   // migration moves a shard in).
   int64_t fetch_reply_bytes = int64_t{32} << 20;
@@ -272,6 +278,7 @@ class PsService {
   const bool stores_named_by_id_;
   const PsServiceOptions::CallServerFn call_server_;
   const std::function<void()> end_server_calls_;
+  const std::function<void(std::function<void()>)> run_on_worker_;
   const int64_t fetch_reply_bytes_;
   // Drops the current shards once no request uses them (CreateShards), but
   // those of `keep` that are the same shard, which go to *kept.
