@@ -28,7 +28,8 @@
 # the first 20 steps). Tessera runs async by default, the peer's own
 # (Hogwild-like) semantics; --mode sync runs Tessera's synchronous mode;
 # --prefetch sends each step's lookups during the step before (training.prefetch:
-# a staleness of one step, async only).
+# async, a staleness of one step; sync, exact: the servers answer them once
+# the step before is applied).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEER="${TESSERA_PEER:-$ROOT/../shared/peers/torch_rpc_ps.py}"

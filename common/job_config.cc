@@ -340,11 +340,9 @@ Status ParseTraining(const json& j, TrainingConfig* t) {
   } else {
     return Status::InvalidArgument("training.consistency: must be 'sync' or 'async', got '" + mode + "'");
   }
+  // Sync too: a server parks a lookup of step t+1 until step t is applied,
+  // so a prefetched one waits there for the update rather than missing it.
   TESSERA_RETURN_IF_ERROR(f.Bool("prefetch", &t->prefetch, false));
-  if (t->prefetch && t->consistency != Consistency::kAsync) {
-    return Status::InvalidArgument(
-        "training.prefetch: needs consistency 'async' (a prefetched lookup cannot see the step before it)");
-  }
   std::string replies = RowRepliesName(t->row_replies);
   TESSERA_RETURN_IF_ERROR(f.String("row_replies", &replies, false));
   if (replies == "auto") {

@@ -138,7 +138,7 @@ TEST(JobConfigTest, ClearErrors) {
       {[](json& j) { j["tables"][0]["embeding_dim"] = 4; }, "tables[0].embeding_dim: unknown field"},
       {[](json& j) { j["model"]["top_mlp"] = {16, 2}; }, "must end with 1"},
       {[](json& j) { j["training"]["consistency"] = "eventual"; }, "training.consistency"},
-      {[](json& j) { j["training"]["prefetch"] = true; }, "training.prefetch: needs consistency 'async'"},
+      {[](json& j) { j["training"]["prefetch"] = "yes"; }, "training.prefetch"},
       {[](json& j) { j["training"]["steps"] = 0; j["training"]["epochs"] = 0; }, "set steps or epochs"},
       {[](json& j) { j["data"]["source"] = "parquet"; }, "unknown source 'parquet'"},
       {[](json& j) { j["tables"].push_back(j["tables"][0]); }, "two tables are named 't'"},

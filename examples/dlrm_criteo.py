@@ -132,7 +132,8 @@ def train(session, rank, world, dist_init=None, metrics_file=None, log=print):
     batch = training["batch_size"]
     total = training.get("steps", 0) or training["epochs"] * tessera.steps_per_epoch(world, batch, data.num_examples)
     metrics = open(metrics_file, "w") if metrics_file else None
-    # training.prefetch (async jobs): the next step's lookup travels while this one computes.
+    # training.prefetch: the next step's lookup travels while this one computes (sync: the servers
+    # answer it once this step is applied).
     prefetch = training.get("prefetch", False)
     start = time.time()
     b = None

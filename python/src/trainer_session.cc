@@ -216,10 +216,6 @@ Status TrainerSession::Lookup(const KeyedJaggedTensor& kjt, bool inference, Feat
 Status TrainerSession::Prefetch(const KeyedJaggedTensor& kjt) {
   if (finished_) return Status::FailedPrecondition("the session is finished");
   if (!broken_.ok()) return broken_;
-  if (job_.training.consistency != Consistency::kAsync) {
-    return Status::FailedPrecondition("prefetch needs an async job (training.consistency): in sync mode a lookup "
-                                      "sent before this step's update would wait for it");
-  }
   if (prefetched_) return Status::FailedPrecondition("a batch is already prefetched: look it up first");
   if (step_ == start_step_ && !push_owed_) {
     return Status::FailedPrecondition("prefetch the next batch after a training lookup (forward), not before");

@@ -350,19 +350,41 @@ def test_a_checkpoint_keeps_the_trainers_state_and_a_resumed_job_starts_from_it(
     assert resumed.wait_master() == 0, resumed.log("master")
 
 
-def test_prefetch_sends_the_next_lookup_early_in_async_jobs(local_job):
-    sync = job_config("python_prefetch_sync")
-    sync["tables"] = sync["tables"][:2]
-    job = local_job(sync, num_ps=1)
-    with tessera.init(master=job.address, insecure=True) as session:
-        emb = tt.RemoteEmbeddings(session)
-        rng = np.random.default_rng(2)
-        kjt = make_kjt(emb.features, [[1, 2]] * len(emb.features), rng, set())
-        out = emb(kjt)
-        with pytest.raises(tessera.TesseraError, match="async"):
-            emb.prefetch(kjt)
-        sum(o.sum() for o in out.values()).backward()
+def test_prefetch_in_a_sync_job_gives_the_rows_of_a_job_without(local_job):
+    # A prefetched lookup of step t+1 waits at the servers until step t is
+    # applied: the rows it brings are the updated ones, bit for bit.
+    def train(name, prefetch):
+        config = job_config(name)
+        config["tables"] = [t for t in config["tables"] if t["pooling"] != "NONE"]
+        job = local_job(config, num_ps=2)
+        with tessera.init(master=job.address, insecure=True) as session:
+            emb = tt.RemoteEmbeddings(session)
+            rng = np.random.default_rng(4)
+            batches = [make_kjt(emb.features, [rng.integers(0, 4, size=4).tolist() for _ in emb.features], rng,
+                                set()) for _ in range(6)]
+            seen = [read_rows(emb, ROWS)]
+            for i, kjt in enumerate(batches):
+                out = emb(kjt)
+                seen.append({f: o.detach().clone() for f, o in out.items()})
+                if prefetch and i + 1 < len(batches):
+                    emb.prefetch(batches[i + 1])
+                sum((o * (i + 1)).sum() for o in out.values()).backward()
+            rows = read_rows(emb, ROWS)
+        assert job.wait_master() == 0, job.log("master")
+        return seen, rows
 
+    plain_seen, plain_rows = train("python_sync_plain", prefetch=False)
+    ahead_seen, ahead_rows = train("python_sync_prefetch", prefetch=True)
+    for step, (a, b) in enumerate(zip(plain_seen, ahead_seen)):
+        for f in a:
+            assert torch.equal(a[f], b[f]), f"step {step} feature {f}: prefetched lookup saw other rows"
+    for f in plain_rows:
+        assert torch.equal(plain_rows[f], ahead_rows[f]), f"feature {f}: final rows differ"
+    # The steps did change the rows (equal to the start would prove nothing).
+    assert any(not torch.equal(plain_seen[0][f], plain_rows[f]) for f in plain_rows)
+
+
+def test_prefetch_sends_the_next_lookup_early_in_async_jobs(local_job):
     config = job_config("python_prefetch")
     config["tables"] = [t for t in config["tables"] if t["pooling"] != "NONE"]
     config["training"]["consistency"] = "async"

@@ -80,6 +80,9 @@ struct Case {
   // training.row_replies: "always" has every pooled lookup come back as
   // distinct rows, pooled by the trainers.
   std::string row_replies = "auto";
+  // training.prefetch: step t+1's lookups leave before step t is pushed and
+  // wait at the servers for its update.
+  bool prefetch = false;
 };
 
 class EquivalenceTest : public ::testing::TestWithParam<Case> {};
@@ -90,6 +93,7 @@ TEST_P(EquivalenceTest, TwoTrainersEqualOneProcessWithTheConcatenatedBatch) {
   const int num_ps = c.num_ps;
   json config = JobConfigJson(sharding, num_ps, 2, kBatch);
   config["training"]["row_replies"] = c.row_replies;
+  config["training"]["prefetch"] = c.prefetch;
   testing::LocalCluster cluster("equivalence_" + sharding);
   const std::string dump = cluster.dir() + "/dump";
   std::vector<std::string> ps_args;
@@ -239,13 +243,19 @@ std::vector<Case> AllCases() {
   // Rows pooled by the trainers, for every pooled lookup.
   for (const char* type : {"row_wise", "column_wise", "table_row_wise"}) out.push_back({type, 2, false, 0, "always"});
   out.push_back({"table_wise", 2, true, 48, "always"});
+  // Lookups sent a step ahead, which the servers answer once the step
+  // before is applied: exact, over memory, RocksDB and a GPU tier.
+  out.push_back({"row_wise", 3, false, 0, "auto", true});
+  out.push_back({"table_wise", 2, true, 48, "auto", true});
+  out.push_back({"column_wise", 2, false, 0, "always", true});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Sharding, EquivalenceTest, ::testing::ValuesIn(AllCases()), [](const auto& info) {
   return info.param.sharding + "_" + std::to_string(info.param.num_ps) + "ps" + (info.param.tiered ? "_tiered" : "") +
          (info.param.gpu_tier_rows > 0 ? "_gpu_tier_on_host" : "") +
-         (info.param.row_replies != "auto" ? "_rows_" + info.param.row_replies : "");
+         (info.param.row_replies != "auto" ? "_rows_" + info.param.row_replies : "") +
+         (info.param.prefetch ? "_prefetch" : "");
 });
 
 }  // namespace
