@@ -65,6 +65,10 @@ if [ -n "$TORCHREC_PY" ]; then
 else
   echo "TorchRec peer: not run (--torchrec_python PATH runs it; ../shared/peers/README.md makes its environment)"
 fi
+if [ ! -e /usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3 ] && [ ! -e /usr/lib/aarch64-linux-gnu/openblas-openmp/libblas.so.3 ]; then
+  echo "WARNING: libopenblas0-openmp is not installed (../shared/peers/README.md asks for it): the RPC peer runs on" \
+    "the system's BLAS, whose threads its torch.set_num_threads may not set" >&2
+fi
 LABEL="$MODE"
 [ "$PREFETCH" = 1 ] && LABEL="$MODE+pf"
 TARGETS=(--target tessera_master --target tessera_ps --target tessera_trainer)
@@ -118,8 +122,13 @@ peer_run() {  # workload -> examples/s
     echo "n/a"
     return
   fi
-  /usr/bin/python3 "$PEER" --steps "$STEPS" "${args[@]}" 2>/dev/null | tail -n 1 |
-    python3 -c "import json,sys;print(round(json.loads(sys.stdin.read())['examples_per_s']))"
+  /usr/bin/python3 "$PEER" --steps "$STEPS" "${args[@]}" 2>/dev/null | tail -n 1 >"$OUT/peer_$1.json"
+  # Which BLAS the peer's MLP ran on (to stderr): its README asks for
+  # libopenblas0-openmp, whose threads follow its torch.set_num_threads.
+  python3 -c "import json,sys;print('  peer', sys.argv[2], 'BLAS:', ' '.join(json.load(open(sys.argv[1]))['config'].get('blas_loaded', ['?'])))" \
+    "$OUT/peer_$1.json" "$1" >&2 2>/dev/null || true
+  python3 -c "import json,sys;print(round(json.load(open(sys.argv[1]))['examples_per_s']))" "$OUT/peer_$1.json" 2>/dev/null ||
+    echo "n/a"
 }
 
 torchrec_run() {  # workload plain|pipeline -> examples/s (n/a where it failed: see its .log)

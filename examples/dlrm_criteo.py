@@ -18,6 +18,8 @@ summary as a C++ job's are).
 """
 
 import argparse
+import ctypes
+import ctypes.util
 import faulthandler
 import json
 import os
@@ -72,6 +74,20 @@ class DenseDLRM(torch.nn.Module):
             if i + 1 < len(self.top):
                 x = torch.relu(x)
         return x.squeeze(1)
+
+
+def keep_freed_memory():
+    """Keeps the memory of each step's freed tensors in this process. glibc
+    gives large freed blocks back to the kernel (unmapped, or trimmed off the
+    heap's top), so every step faults the pages of its activations and
+    gradients in again, zeroed by the kernel: about 3% of a 2-core machine in
+    W1, where the C++ trainer reuses its buffers. The cost: up to 256 MiB
+    freed but still held."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    # 32 MiB is the largest mmap threshold glibc takes on 64-bit machines.
+    if not (libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 256 << 20)):
+        print("warning: mallopt refused the thresholds; freed tensors go back to the kernel", flush=True)
 
 
 def roc_auc(scores, labels):
@@ -197,9 +213,19 @@ def main():
     p.add_argument("--metrics_port", type=int, default=None,
                    help="serve Prometheus metrics on this port, as the C++ trainer's flag (0: any free port)")
     p.add_argument("--metrics_address", default=None, help="where the metrics endpoint listens (127.0.0.1)")
+    p.add_argument("--blas_threads", type=int, default=1,
+                   help="threads for the dense layers, torch's and OpenBLAS's (1, as the C++ trainer's flag: trainers "
+                        "share the host's cores)")
     args = p.parse_args()
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 prints where every thread is
-    torch.set_num_threads(1)
+    if args.blas_threads < 1:
+        p.error("--blas_threads must be >= 1")
+    torch.set_num_threads(args.blas_threads)
+    # torch.set_num_threads does not reach Debian's pthread OpenBLAS, which torch's matrix products run on: left at
+    # one thread per core, its idle workers spin in sched_yield on the cores the other trainers and servers need
+    # (a sixth of this 2-core machine in W1, by perf).
+    tessera.set_blas_threads(args.blas_threads)
+    keep_freed_memory()
     with tessera.init(master=args.master, rank=args.rank, world=args.world, keys=args.keys,
                       insecure=args.insecure, metrics_port=args.metrics_port,
                       metrics_address=args.metrics_address) as session:

@@ -12,6 +12,8 @@ namespace tessera::kernels {
 // Threads the BLAS may use in this process (trainers use 1 per process by
 // default: several share a host's cores).
 void SetBlasThreads(int threads);
+// The threads it may use now.
+int BlasThreads();
 
 // y = x W^T + b.
 void LinearForward(const float* x, const float* W, const float* b, int64_t batch, int in, int out, float* y);

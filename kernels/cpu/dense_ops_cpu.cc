@@ -15,6 +15,8 @@ void SetBlasThreads(int threads) {
   openblas_set_num_threads(threads);
 }
 
+int BlasThreads() { return openblas_get_num_threads(); }
+
 void LinearForward(const float* x, const float* W, const float* b, int64_t batch, int in, int out, float* y) {
   CHECK_GT(in, 0);
   CHECK_GT(out, 0);

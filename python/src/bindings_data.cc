@@ -17,6 +17,7 @@
 #include "trainer/batch.h"
 #include "trainer/data_factory.h"
 #include "trainer/data_split.h"
+#include "kernels/dense_ops.h"
 #include "trainer/dlrm_model.h"
 
 namespace py = pybind11;
@@ -142,6 +143,17 @@ void BindData(py::module_& m) {
       py::arg("path"), py::arg("arrays"),
       "Writes {name: float32 array (1-D: one row)} as a Tessera parameter file (what dumps and checkpoints hold; "
       "tessera_compare_dumps reads it)");
+  m.def(
+      "set_blas_threads",
+      [](int threads) {
+        if (threads < 1) throw py::value_error("set_blas_threads: threads must be >= 1, not " + std::to_string(threads));
+        kernels::SetBlasThreads(threads);
+      },
+      py::arg("threads"),
+      "Threads of the OpenBLAS this process runs (the C++ trainer's --blas_threads; 1 there by default). Debian's "
+      "torch calls the same OpenBLAS for its matrix products, where torch.set_num_threads does not reach the "
+      "pthread build: without this, its worker threads spin in sched_yield on cores the other trainers need");
+  m.def("blas_threads", &kernels::BlasThreads, "The threads OpenBLAS may use now (tessera.set_blas_threads)");
   m.def(
       "dlrm_initial_params",
       [](const py::dict& job, const std::vector<int>& feature_dims) {

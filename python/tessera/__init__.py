@@ -28,11 +28,11 @@ is the phase "dense"; "data" and "allreduce" stay 0, and so does the epoch.
 
 import logging
 
-from ._tessera import (Data, Session, TesseraError, dlrm_initial_params, share_of_step, steps_per_epoch,
-                       write_params)
+from ._tessera import (Data, Session, TesseraError, blas_threads, dlrm_initial_params, set_blas_threads,
+                       share_of_step, steps_per_epoch, write_params)
 
-__all__ = ["Data", "Session", "TesseraError", "dlrm_initial_params", "init", "share_of_step", "steps_per_epoch",
-           "write_params"]
+__all__ = ["Data", "Session", "TesseraError", "blas_threads", "dlrm_initial_params", "init", "set_blas_threads",
+           "share_of_step", "steps_per_epoch", "write_params"]
 
 
 def init(master, rank=0, world=1, keys=None, insecure=False, register_timeout_s=120.0, save_state=None,
