@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/peer_pool.h"
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
 #include "common/zmq_transport.h"
@@ -570,6 +571,57 @@ TEST(RpcClientTest, DisconnectEndsThatPeersCallsAndItsConnection) {
   client.reset();
   std::lock_guard<std::mutex> lock(mu);
   parked.clear();
+}
+
+TEST(PeerPoolTest, OneConnectionPerKeyUntilForgotten) {
+  auto a = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
+  auto b = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
+  // A server of its own: one client's connections share one routing id, so
+  // a second one to a server takes the first one's place there.
+  auto c = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  auto client = std::move(RpcClient::Create()).value();
+  PeerPool<int> pool(client.get(), Role::kNone);
+  EXPECT_FALSE(pool.Find(1).has_value());
+  const int p1 = *pool.Get(1, (*a)->endpoint());
+  const int p2 = *pool.Get(2, (*b)->endpoint());
+  EXPECT_NE(p1, p2);
+  EXPECT_EQ(*pool.Get(1, (*a)->endpoint()), p1);  // kept, not connected again
+  EXPECT_EQ(*pool.Find(1), p1);
+  EXPECT_EQ(pool.keys(), (std::vector<int>{1, 2}));
+  EXPECT_TRUE(client->CallSync(p1, Message(Opcode::kHeartbeat), milliseconds(5000)).ok());
+
+  // Forgetting closes the connection: its calls end CANCELLED, the others' go on.
+  pool.Forget(1);
+  pool.Forget(7);  // never connected: nothing
+  EXPECT_FALSE(pool.Find(1).has_value());
+  EXPECT_EQ(client->CallSync(p1, Message(Opcode::kHeartbeat), milliseconds(2000)).status().code(),
+            StatusCode::kCancelled);
+  EXPECT_TRUE(client->CallSync(p2, Message(Opcode::kHeartbeat), milliseconds(5000)).ok());
+  const int again = *pool.Get(1, (*a)->endpoint());
+  EXPECT_NE(again, p1);
+  EXPECT_TRUE(client->CallSync(again, Message(Opcode::kHeartbeat), milliseconds(5000)).ok());
+
+  const int p3 = *pool.Get(3, (*c)->endpoint());
+  EXPECT_TRUE(client->CallSync(p3, Message(Opcode::kHeartbeat), milliseconds(5000)).ok());
+  pool.ForgetAllBut({2, 5});
+  EXPECT_EQ(pool.keys(), (std::vector<int>{2}));
+  EXPECT_EQ(client->CallSync(again, Message(Opcode::kHeartbeat), milliseconds(2000)).status().code(),
+            StatusCode::kCancelled);
+  EXPECT_EQ(client->CallSync(p3, Message(Opcode::kHeartbeat), milliseconds(2000)).status().code(),
+            StatusCode::kCancelled);
+  EXPECT_TRUE(client->CallSync(p2, Message(Opcode::kHeartbeat), milliseconds(5000)).ok());
+  pool.ForgetAll();
+  EXPECT_EQ(pool.size(), 0u);
+  EXPECT_EQ(client->CallSync(p2, Message(Opcode::kHeartbeat), milliseconds(2000)).status().code(),
+            StatusCode::kCancelled);
+}
+
+TEST(PeerPoolTest, AnEndpointThatCannotBeConnectedToIsAnErrorAndNotKept) {
+  auto client = std::move(RpcClient::Create()).value();
+  PeerPool<std::string> pool(client.get(), Role::kNone);
+  EXPECT_FALSE(pool.Get("not-an-endpoint", "not-an-endpoint").ok());
+  EXPECT_EQ(pool.size(), 0u);
 }
 
 TEST(RpcServerTest, AFrameOverTheLimitDropsItsConnectionBeforeItReachesAHandler) {

@@ -34,6 +34,7 @@ StatusOr<std::unique_ptr<Master>> Master::Start(const MasterOptions& options, co
                                                         }));
   m->endpoint_ = ReplaceEndpointHost(m->server_->endpoint(), options.advertise_host);
   TESSERA_ASSIGN_OR_RETURN(m->client_, RpcClient::Create(options.keys));
+  m->ps_peers_ = std::make_unique<PeerPool<int>>(m->client_.get(), Role::kPs);
   return m;
 }
 
@@ -164,9 +165,9 @@ Status Master::FindDeadMember(Clock::time_point now, int* ps, int* trainer) {
   // A server of the generation whose connection closed and stayed closed
   // crashed: no need to wait for its silence.
   for (int id : generation_ps_) {
-    auto peer = ps_peers_.find(id);
-    if (peer == ps_peers_.end() || ps_.count(id) == 0) continue;
-    if (auto down = ConnectionLostSince(peer->second, now)) {
+    const std::optional<int> peer = ps_peers_->Find(id);
+    if (!peer || ps_.count(id) == 0) continue;
+    if (auto down = ConnectionLostSince(*peer, now)) {
       *ps = id;
       if (trainer != nullptr) *trainer = -1;
       return Status::Unavailable(DescribeServer(id) + " closed its connection " + silent(*down) +
@@ -278,8 +279,7 @@ Status Master::MonitorUntilDone() {
 }
 
 StatusOr<int> Master::ServerPeer(int member) {
-  auto it = ps_peers_.find(member);
-  if (it != ps_peers_.end()) return it->second;
+  if (const std::optional<int> peer = ps_peers_->Find(member)) return *peer;
   std::string endpoint;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -287,16 +287,7 @@ StatusOr<int> Master::ServerPeer(int member) {
     if (m == ps_.end()) return Status::NotFound("parameter server " + std::to_string(member) + " is not a member");
     endpoint = m->second.endpoint;
   }
-  TESSERA_ASSIGN_OR_RETURN(int peer, client_->Connect(endpoint, Role::kPs));
-  ps_peers_[member] = peer;
-  return peer;
-}
-
-void Master::ForgetServerPeer(int member) {
-  auto it = ps_peers_.find(member);
-  if (it == ps_peers_.end()) return;
-  client_->Disconnect(it->second);
-  ps_peers_.erase(it);
+  return ps_peers_->Get(member, endpoint);
 }
 
 json Master::CallServer(int member, Opcode op, const json& body, milliseconds timeout, Status* status, bool watch) {
@@ -430,7 +421,7 @@ void Master::AbortJob(const Status& reason) {
   }
   for (Responder& r : waiters) r.ReplyError(reason);
   store_.FailWaiters(reason);
-  for (const auto& [member, peer] : ps_peers_) {
+  for (int member : ps_peers_->keys()) {
     Status st;
     CallServer(member, Opcode::kAbort, AbortRequest{reason.message()}.ToJson(), milliseconds(2000), &st);
   }

@@ -41,8 +41,9 @@
 
 #include "common/control_messages.h"
 #include "common/job_config.h"
-#include "common/rpc_client.h"
+#include "common/peer_pool.h"
 #include "common/prometheus_text.h"
+#include "common/rpc_client.h"
 #include "common/rpc_server.h"
 #include "common/sharding_plan.h"
 #include "common/status.h"
@@ -368,10 +369,9 @@ class Master {
   int64_t master_id_ = 0;
   std::unique_ptr<RpcServer> server_;
   std::unique_ptr<RpcClient> client_;
-  std::map<int, int> ps_peers_;  // member id -> RpcClient peer; monitor thread only
-  // Closes the connection to a server that is no longer a member (else
-  // ZeroMQ keeps reconnecting to it, and its sockets stay open).
-  void ForgetServerPeer(int member);
+  // Member id -> peer of client_. A server that is no longer a member is
+  // forgotten (else ZeroMQ keeps reconnecting to it, and its sockets stay open).
+  std::unique_ptr<PeerPool<int>> ps_peers_;
   KvStore store_;
   Clock::time_point started_at_;
 

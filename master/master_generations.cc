@@ -334,7 +334,7 @@ Status Master::StartGeneration(const std::vector<int>& members, const RestorePoi
     LOG(INFO) << DescribeServer(m) << " left the job" << (st.ok() ? "" : " (it did not acknowledge: " + st.ToString() + ")");
     ps_.erase(m);
   }
-  for (int m : leaving) ForgetServerPeer(m);
+  for (int m : leaving) ps_peers_->Forget(m);
   LOG(INFO) << "generation " << generation << ": " << members.size() << " parameter server(s), from step " << from.step;
   return Status::OK();
 }
@@ -484,7 +484,7 @@ Status Master::PromoteBackups(int member, const Status& why) {
     }
     ps_.erase(member);  // fenced: its heartbeats are refused from now on
   }
-  ForgetServerPeer(member);
+  ps_peers_->Forget(member);
   for (Responder& r : at_barrier) {
     r.ReplyError(Status::Cancelled("a parameter server was lost; its backups take over: arrive again"));
   }
@@ -574,7 +574,7 @@ Status Master::RecoverFromLostServer(int member, const Status& why) {
     TESSERA_RETURN_IF_ERROR(EndGenerationForRecovery(why, &at_barrier));
     ps_.erase(member);  // its heartbeats are refused from now on: it is fenced
   }
-  ForgetServerPeer(member);
+  ps_peers_->Forget(member);
   for (Responder& r : at_barrier) r.ReplyError(Status::Cancelled("a parameter server was lost; the job rolls back"));
   std::cout << "[master] lost " << why.message() << "; recovering" << std::endl;
 

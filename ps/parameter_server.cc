@@ -44,22 +44,13 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Paramete
   ps->endpoint_ = ReplaceEndpointHost(ps->server_->endpoint(), options.advertise_host);
   TESSERA_ASSIGN_OR_RETURN(ps->client_, RpcClient::Create(options.keys));
   TESSERA_ASSIGN_OR_RETURN(ps->master_peer_, ps->client_->Connect(options.master, Role::kMaster));
+  ps->server_peers_ = std::make_unique<PeerPool<std::string>>(ps->client_.get(), Role::kPs);
   return ps;
 }
 
 StatusOr<Message> ParameterServer::CallServer(const std::string& endpoint, Message&& request, milliseconds timeout,
                                               const std::atomic<bool>* cancel) {
-  int peer = -1;
-  {
-    std::lock_guard<std::mutex> lock(peers_mu_);
-    auto it = server_peers_.find(endpoint);
-    if (it == server_peers_.end()) {
-      TESSERA_ASSIGN_OR_RETURN(peer, client_->Connect(endpoint, Role::kPs));
-      server_peers_[endpoint] = peer;
-    } else {
-      peer = it->second;
-    }
-  }
+  TESSERA_ASSIGN_OR_RETURN(const int peer, server_peers_->Get(endpoint, endpoint));
   // A server that died closes its connection at once: give up after a
   // second of that rather than at the deadline, as the master does.
   constexpr milliseconds kConnectionLoss{1000};
@@ -76,11 +67,7 @@ StatusOr<Message> ParameterServer::CallServer(const std::string& endpoint, Messa
   return reply.Wait();
 }
 
-void ParameterServer::EndServerCalls() {
-  std::lock_guard<std::mutex> lock(peers_mu_);
-  for (const auto& [endpoint, peer] : server_peers_) client_->Disconnect(peer);
-  server_peers_.clear();
-}
+void ParameterServer::EndServerCalls() { server_peers_->ForgetAll(); }
 
 ParameterServer::~ParameterServer() {
   if (server_) server_->Stop();

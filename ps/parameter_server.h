@@ -6,11 +6,11 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 
+#include "common/peer_pool.h"
 #include "common/prometheus_text.h"
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
@@ -82,8 +82,7 @@ class ParameterServer {
                                const std::atomic<bool>* cancel);
   // Closes the connections CallServer opened: PsServiceOptions::end_server_calls.
   void EndServerCalls();
-  std::mutex peers_mu_;
-  std::map<std::string, int> server_peers_;  // GUARDED_BY(peers_mu_): endpoint -> client peer
+  std::unique_ptr<PeerPool<std::string>> server_peers_;  // endpoint -> peer of client_
   std::string endpoint_;
   int rank_ = -1;
   int64_t heartbeat_ms_ = 500;

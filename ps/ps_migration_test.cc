@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <future>
 #include <map>
-#include <mutex>
 
 #include "common/control_messages.h"
 #include "common/messages.h"
+#include "common/peer_pool.h"
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
 #include "ps/ps_service.h"
@@ -80,13 +80,13 @@ ShardingPlan TwoPlan() {
 // fetches rows from the others with.
 struct Node {
   std::unique_ptr<RpcClient> client;
+  std::unique_ptr<PeerPool<std::string>> peers;  // endpoint -> peer of client
   std::unique_ptr<PsService> service;
   std::unique_ptr<RpcServer> server;
-  std::mutex mu;
-  std::map<std::string, int> peers;
 
   Node(RowStoreFactory factory, bool open) {
     client = std::move(RpcClient::Create()).value();
+    peers = std::make_unique<PeerPool<std::string>>(client.get(), Role::kNone);
     PsServiceOptions options;
     options.store_factory = std::move(factory);
     options.open_to_any_sender = open;
@@ -94,24 +94,10 @@ struct Node {
     options.fetch_reply_bytes = 7 * 4 * 16;
     options.call_server = [this](const std::string& endpoint, Message&& m, milliseconds timeout,
                                  const std::atomic<bool>*) -> StatusOr<Message> {
-      int peer = -1;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        auto it = peers.find(endpoint);
-        if (it == peers.end()) {
-          TESSERA_ASSIGN_OR_RETURN(peer, client->Connect(endpoint));
-          peers[endpoint] = peer;
-        } else {
-          peer = it->second;
-        }
-      }
+      TESSERA_ASSIGN_OR_RETURN(const int peer, peers->Get(endpoint, endpoint));
       return client->CallSync(peer, std::move(m), std::min(timeout, milliseconds(5000)));
     };
-    options.end_server_calls = [this] {
-      std::lock_guard<std::mutex> lock(mu);
-      for (const auto& [endpoint, peer] : peers) client->Disconnect(peer);
-      peers.clear();
-    };
+    options.end_server_calls = [this] { peers->ForgetAll(); };
     service = std::make_unique<PsService>(options);
     server = std::move(RpcServer::Start(RpcServerOptions{"tcp://127.0.0.1:0", 2}, [this](Message&& m, Responder r) {
                          service->Handle(std::move(m), std::move(r));
@@ -123,10 +109,7 @@ struct Node {
   }
   std::string endpoint() const { return server->endpoint(); }
   // Connections to other servers this node has open for its fetches.
-  size_t open_peers() {
-    std::lock_guard<std::mutex> lock(mu);
-    return peers.size();
-  }
+  size_t open_peers() { return peers->size(); }
 };
 
 class MigrationTest : public ::testing::TestWithParam<std::string> {

@@ -26,6 +26,7 @@ StatusOr<std::unique_ptr<TrainerMember>> TrainerMember::Connect(const TrainerMem
   m->options_ = options;
   TESSERA_ASSIGN_OR_RETURN(m->client_, RpcClient::Create(options.keys));
   TESSERA_ASSIGN_OR_RETURN(m->master_peer_, m->client_->Connect(options.master, Role::kMaster));
+  m->server_peers_ = std::make_unique<PeerPool<std::string>>(m->client_.get(), Role::kPs);
   return m;
 }
 
@@ -83,25 +84,6 @@ StatusOr<TrainerMember::GenerationStart> TrainerMember::WaitStart(int64_t after)
   // Starting from a checkpoint: its trainer state follows the JSON.
   if (reply->frames.size() == 2) start.state_bytes = reply->frames[1].to_string();
   return start;
-}
-
-void TrainerMember::ForgetServersNotIn(const std::vector<std::string>& endpoints) {
-  for (auto it = server_peers_.begin(); it != server_peers_.end();) {
-    if (std::find(endpoints.begin(), endpoints.end(), it->first) != endpoints.end()) {
-      ++it;
-      continue;
-    }
-    client_->Disconnect(it->second);
-    it = server_peers_.erase(it);
-  }
-}
-
-StatusOr<int> TrainerMember::ServerPeer(const std::string& endpoint) {
-  auto it = server_peers_.find(endpoint);
-  if (it != server_peers_.end()) return it->second;
-  TESSERA_ASSIGN_OR_RETURN(int peer, client_->Connect(endpoint, Role::kPs));
-  server_peers_[endpoint] = peer;
-  return peer;
 }
 
 void TrainerMember::CancelServerCalls(const Status& why) {
@@ -295,10 +277,11 @@ StatusOr<TrainerMember::GenerationStart> TrainerMember::NextGeneration(int64_t a
 
 StatusOr<EmbeddingRoute> TrainerMember::EnterGeneration(const StartInfo& info) {
   TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::FromJson(info.plan));
-  ForgetServersNotIn(info.ps_endpoints);
+  // Lost or removed servers' connections close.
+  server_peers_->ForgetAllBut(info.ps_endpoints);
   std::vector<int> peers;
   for (const std::string& e : info.ps_endpoints) {
-    TESSERA_ASSIGN_OR_RETURN(int peer, ServerPeer(e));
+    TESSERA_ASSIGN_OR_RETURN(int peer, server_peers_->Get(e, e));
     peers.push_back(peer);
   }
   {

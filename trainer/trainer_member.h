@@ -14,7 +14,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -27,6 +26,7 @@
 #include "common/control_messages.h"
 #include "common/job_config.h"
 #include "common/job_keys.h"
+#include "common/peer_pool.h"
 #include "common/rpc_client.h"
 #include "common/status.h"
 #include "trainer/embedding_client.h"
@@ -127,10 +127,6 @@ class TrainerMember {
   StatusOr<EmbeddingRoute> FollowPromotion(int64_t* generation, const Status& why);
   // Ends the calls in flight to the servers of the running generation.
   void CancelServerCalls(const Status& why);
-  StatusOr<int> ServerPeer(const std::string& endpoint);
-  // Closes the connections to servers that are not in `endpoints` (the
-  // generation's): lost or removed ones. Training thread.
-  void ForgetServersNotIn(const std::vector<std::string>& endpoints);
   void HeartbeatLoop();
 
   TrainerMemberOptions options_;
@@ -161,7 +157,8 @@ class TrainerMember {
   // The master's generation (from heartbeats and barriers) and the one this
   // trainer runs; when the first passes the second, the step is dropped.
   std::atomic<int64_t> master_generation_{0}, running_generation_{0};
-  std::map<std::string, int> server_peers_;       // endpoint -> peer; training thread
+  // Endpoint -> peer; only the generation's servers stay connected.
+  std::unique_ptr<PeerPool<std::string>> server_peers_;
   std::optional<EmbeddingRoute> promoted_route_;  // the last plan a promotion gave; training thread
   std::vector<int> generation_peers_;             // GUARDED_BY(mu_)
   Status fatal_;                                  // GUARDED_BY(mu_)
