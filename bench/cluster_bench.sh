@@ -39,10 +39,8 @@ mkdir -p "$OUT"
 LAST="$OUT/last_results.jsonl"  # this run's lines, for its plot
 : >"$LAST"
 PFX="tcb$(printf '%04x' $(($$ % 65536)))"
-PIDS=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  kill_started
   remove_hosts
 }
 trap cleanup EXIT
@@ -71,27 +69,8 @@ c["cluster"]["num_ps"] = int(n)
 c["training"].update(steps=int(steps), consistency=mode)
 json.dump(c, open(dst, "w"), indent=1)
 PY
-  master="tcp://${ADDR[m]}:5555"
-  ip netns exec "$PFX-m" "$ROOT/scripts/run_master.sh" --config "$RUN/job.json" --keys "$OUT/keys" \
-    --bind "$master" --summary_file "$RUN/summary.json" >"$RUN/master.log" 2>&1 &
-  PIDS+=($!)
-  master_pid=$!
-  for ((i = 0; i < n; i++)); do
-    ip netns exec "$PFX-p$i" "$ROOT/scripts/run_ps.sh" --master "$master" --keys "$OUT/keys" \
-      --bind tcp://0.0.0.0:0 >"$RUN/ps$i.log" 2>&1 &
-    PIDS+=($!)
-  done
-  for r in 0 1; do
-    ip netns exec "$PFX-t$r" "$ROOT/scripts/run_trainer.sh" --master "$master" --keys "$OUT/keys" --rank $r \
-      --world 2 --metrics_file "$RUN/trainer$r.jsonl" >"$RUN/trainer$r.log" 2>&1 &
-    PIDS+=($!)
-  done
-  wait_pid "$master_pid" 900
+  run_job_on_hosts "$RUN" "$OUT/keys" "$n"
   code=$?
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  PIDS=()
-  remove_hosts
   if [ $code != 0 ]; then
     echo "cluster_bench: the job on $n server(s) failed (exit $code); see $RUN" >&2
     tail -n 3 "$RUN/master.log" >&2

@@ -163,6 +163,11 @@ struct TrainingConfig {
   // own step-s update (a staleness of one step).
   bool prefetch = false;
   RowReplies row_replies = RowReplies::kAuto;
+  // C++ trainers on CPUs: > 0 sums the dense gradients in buckets of this
+  // many bytes while the backward pass computes the rest, as DDP does
+  // (trainer/bucketed_allreduce.h); 0: one allreduce after the backward. A
+  // job setting, so every trainer cuts the same buckets.
+  int64_t allreduce_bucket_bytes = 0;
   uint64_t seed = 0;
   int64_t log_every = 10;  // master prints progress every this many steps
   // Trainer 0 evaluates the held-out data (data.eval_path) after every this

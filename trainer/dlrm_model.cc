@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include <glog/logging.h>
 
@@ -81,9 +82,9 @@ Status DlrmModel::Init(uint64_t seed) {
 
   for (size_t i = 0; i <= bottom_.size(); ++i) bottom_acts_.push_back(backend_->NewArray());
   for (size_t i = 0; i <= top_.size(); ++i) top_acts_.push_back(backend_->NewArray());
+  for (size_t i = 0; i < bottom_.size(); ++i) bottom_dys_.push_back(backend_->NewArray());
+  for (size_t i = 0; i < top_.size(); ++i) top_dys_.push_back(backend_->NewArray());
   labels_ = backend_->NewArray();
-  dy_ = backend_->NewArray();
-  dx_ = backend_->NewArray();
   d_interaction_ = backend_->NewArray();
   return backend_->Synchronize();
 }
@@ -162,12 +163,24 @@ Status DlrmModel::Predict(const float* dense, const std::vector<const float*>& f
 
 StatusOr<double> DlrmModel::ForwardBackward(const float* dense, const std::vector<const float*>& features,
                                             const float* labels, int64_t batch, float loss_scale,
-                                            std::vector<std::vector<float>>* d_features) {
+                                            std::vector<std::vector<float>>* d_features, const BackwardHooks* hooks) {
+  CHECK(hooks == nullptr || !on_device()) << "backward hooks need gradients in host memory";
   TESSERA_RETURN_IF_ERROR(backend_->Zero(grads_->data(), grads_->size()));
   d_features->resize(features.size());
   for (size_t f = 0; f < features.size(); ++f) (*d_features)[f].assign(batch * feature_dims_[f], 0.0f);
   if (batch == 0) {
     TESSERA_RETURN_IF_ERROR(backend_->Synchronize());
+    // Every trainer reports the same ranges every step, an empty share too:
+    // the others' collective waits for them.
+    if (hooks != nullptr && hooks->features_ready) TESSERA_RETURN_IF_ERROR(hooks->features_ready());
+    if (hooks != nullptr && hooks->grads_ready) {
+      for (const auto* layers : {&top_, &bottom_}) {
+        for (size_t i = layers->size(); i-- > 0;) {
+          const Layer& l = (*layers)[i];
+          TESSERA_RETURN_IF_ERROR(hooks->grads_ready(l.w, l.b + l.out - l.w));
+        }
+      }
+    }
     return 0.0;
   }
   TESSERA_RETURN_IF_ERROR(Forward(dense, features, batch));
@@ -176,41 +189,62 @@ StatusOr<double> DlrmModel::ForwardBackward(const float* dense, const std::vecto
   const float* logits = top_acts_.back()->data();
   TESSERA_RETURN_IF_ERROR(backend_->SigmoidBceLossSum(logits, labels_->data(), batch));
 
-  // Top MLP backward: dy_ holds the gradient of the current layer's output.
-  TESSERA_RETURN_IF_ERROR(dy_->Resize(batch));
-  TESSERA_RETURN_IF_ERROR(backend_->SigmoidBceBackward(logits, labels_->data(), batch, loss_scale, dy_->data()));
+  // First the inputs' gradients, layer by layer down to the interaction and
+  // through the bottom MLP; then the weights' (each layer's depends only on
+  // its own input and output gradient, so the order changes no value). The
+  // features' gradients are so final after half the backward's work.
+  TESSERA_RETURN_IF_ERROR(top_dys_.back()->Resize(batch));
+  TESSERA_RETURN_IF_ERROR(
+      backend_->SigmoidBceBackward(logits, labels_->data(), batch, loss_scale, top_dys_.back()->data()));
   for (size_t i = top_.size(); i-- > 0;) {
     const Layer& l = top_[i];
-    if (l.relu) TESSERA_RETURN_IF_ERROR(backend_->ReluBackward(top_acts_[i + 1]->data(), dy_->data(), batch * l.out));
-    TESSERA_RETURN_IF_ERROR(dx_->Resize(batch * l.in));
-    TESSERA_RETURN_IF_ERROR(backend_->LinearBackward(top_acts_[i]->data(), param(l.w), dy_->data(), batch, l.in,
-                                                     l.out, grad(l.w), grad(l.b), dx_->data()));
-    std::swap(dy_, dx_);
+    float* dy = top_dys_[i]->data();
+    if (l.relu) TESSERA_RETURN_IF_ERROR(backend_->ReluBackward(top_acts_[i + 1]->data(), dy, batch * l.out));
+    DenseArray& dx = i > 0 ? *top_dys_[i - 1] : *d_interaction_;
+    TESSERA_RETURN_IF_ERROR(dx.Resize(batch * l.in));
+    TESSERA_RETURN_IF_ERROR(backend_->LinearBackward(top_acts_[i]->data(), param(l.w), dy, batch, l.in, l.out,
+                                                     nullptr, nullptr, dx.data()));
   }
-  // dy_ is now d(interaction) [B x width]: the bottom MLP's part goes on
-  // into its backward; the features' part goes to the host at the end, so on
-  // a GPU the one wait of the step comes after all its work is queued.
-  std::swap(dy_, d_interaction_);
+  // d_interaction_ [B x width]: the bottom MLP's part goes on into its
+  // backward; the features' part goes to the host.
   const int64_t bw = BottomWidth();
-  TESSERA_RETURN_IF_ERROR(dy_->Resize(batch * bw));
-  TESSERA_RETURN_IF_ERROR(backend_->CopyMatrix(d_interaction_->data(), interaction_width_, dy_->data(), bw, batch, bw));
-  // Bottom MLP backward (no gradient for the raw dense features).
+  if (!bottom_.empty()) {
+    TESSERA_RETURN_IF_ERROR(bottom_dys_.back()->Resize(batch * bw));
+    TESSERA_RETURN_IF_ERROR(
+        backend_->CopyMatrix(d_interaction_->data(), interaction_width_, bottom_dys_.back()->data(), bw, batch, bw));
+  }
+  // No gradient for the raw dense features: the first layer has no input
+  // gradient to take.
   for (size_t i = bottom_.size(); i-- > 0;) {
     const Layer& l = bottom_[i];
-    TESSERA_RETURN_IF_ERROR(backend_->ReluBackward(bottom_acts_[i + 1]->data(), dy_->data(), batch * l.out));
-    float* dx = nullptr;
-    if (i > 0) {
-      TESSERA_RETURN_IF_ERROR(dx_->Resize(batch * l.in));
-      dx = dx_->data();
-    }
-    TESSERA_RETURN_IF_ERROR(backend_->LinearBackward(bottom_acts_[i]->data(), param(l.w), dy_->data(), batch, l.in,
-                                                     l.out, grad(l.w), grad(l.b), dx));
-    if (i > 0) std::swap(dy_, dx_);
+    float* dy = bottom_dys_[i]->data();
+    TESSERA_RETURN_IF_ERROR(backend_->ReluBackward(bottom_acts_[i + 1]->data(), dy, batch * l.out));
+    if (i == 0) break;
+    TESSERA_RETURN_IF_ERROR(bottom_dys_[i - 1]->Resize(batch * l.in));
+    TESSERA_RETURN_IF_ERROR(backend_->LinearBackward(bottom_acts_[i]->data(), param(l.w), dy, batch, l.in, l.out,
+                                                     nullptr, nullptr, bottom_dys_[i - 1]->data()));
   }
   std::vector<MutableHostColumns> blocks;
   for (size_t f = 0; f < features.size(); ++f) blocks.push_back({(*d_features)[f].data(), feature_dims_[f]});
-  // Waits: the feature gradients and the loss are on the host after it.
-  TESSERA_RETURN_IF_ERROR(backend_->GatherToHost(d_interaction_->data() + bw, interaction_width_, batch, blocks));
+  const bool early_features = hooks != nullptr && static_cast<bool>(hooks->features_ready);
+  if (early_features) {
+    TESSERA_RETURN_IF_ERROR(backend_->GatherToHost(d_interaction_->data() + bw, interaction_width_, batch, blocks));
+    TESSERA_RETURN_IF_ERROR(hooks->features_ready());
+  }
+  for (const auto& [layers, acts, dys] : {std::tuple{&top_, &top_acts_, &top_dys_},
+                                          std::tuple{&bottom_, &bottom_acts_, &bottom_dys_}}) {
+    for (size_t i = layers->size(); i-- > 0;) {
+      const Layer& l = (*layers)[i];
+      TESSERA_RETURN_IF_ERROR(backend_->LinearBackward((*acts)[i]->data(), param(l.w), (*dys)[i]->data(), batch,
+                                                       l.in, l.out, grad(l.w), grad(l.b), nullptr));
+      if (hooks != nullptr && hooks->grads_ready) TESSERA_RETURN_IF_ERROR(hooks->grads_ready(l.w, l.b + l.out - l.w));
+    }
+  }
+  if (!early_features) {
+    // On a GPU the one wait of the step comes after all its work is queued:
+    // the feature gradients and the loss are on the host after it.
+    TESSERA_RETURN_IF_ERROR(backend_->GatherToHost(d_interaction_->data() + bw, interaction_width_, batch, blocks));
+  }
   return backend_->LossSum();
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -55,6 +56,21 @@ class DlrmModel {
   StatusOr<std::vector<float>> CopyParamsToHost();
   Status LoadParams(std::span<const float> host);
 
+  // What the training loop does with a step's gradients while the rest of
+  // the backward pass computes (host backends only: on a device the
+  // gradients are not final until the step's one wait). Called on the
+  // calling thread; an error from either ends ForwardBackward with it.
+  struct BackwardHooks {
+    // Once d_features are final, before any weight gradient is computed
+    // (the backward takes all inputs' gradients first): the embedding
+    // gradients can leave while the dense ones are computed.
+    std::function<Status()> features_ready;
+    // Each layer's gradients [offset, offset + count) of grads() once final,
+    // the top MLP's last layer first: the ranges come from the end of
+    // grads() toward its start, adjacent, each once.
+    std::function<Status(int64_t offset, int64_t count)> grads_ready;
+  };
+
   // One forward and backward pass over a batch of B examples (host memory):
   //   dense     [B x num_dense_features]
   //   features  per feature, [B x dim_f] pooled embeddings
@@ -64,8 +80,10 @@ class DlrmModel {
   // Overwrites grads() and d_features (resized to [B x dim_f] each, host).
   // Returns the sum of the per-example losses (unscaled). All work is done
   // when it returns.
+  // `hooks` may be null.
   StatusOr<double> ForwardBackward(const float* dense, const std::vector<const float*>& features, const float* labels,
-                                   int64_t batch, float loss_scale, std::vector<std::vector<float>>* d_features);
+                                   int64_t batch, float loss_scale, std::vector<std::vector<float>>* d_features,
+                                   const BackwardHooks* hooks = nullptr);
 
   // Logits of a batch, [B], into host memory.
   Status Predict(const float* dense, const std::vector<const float*>& features, int64_t batch, float* logits);
@@ -104,9 +122,12 @@ class DlrmModel {
   // Activations of the last forward: bottom_acts_[i] = input of bottom layer i,
   // top_acts_[i] = input of top layer i; the last entry of each = its output.
   std::vector<std::unique_ptr<DenseArray>> bottom_acts_, top_acts_;
-  // labels_: the batch's labels; dy_, dx_: gradients of a layer's output and
-  // input; d_interaction_: gradient of the concatenation [B x width].
-  std::unique_ptr<DenseArray> labels_, dy_, dx_, d_interaction_;
+  // Gradients of each layer's output (after its ReLU's backward), kept until
+  // the layer's weight gradients are taken: bottom_dys_[i], top_dys_[i].
+  std::vector<std::unique_ptr<DenseArray>> bottom_dys_, top_dys_;
+  // labels_: the batch's labels; d_interaction_: gradient of the
+  // concatenation [B x width].
+  std::unique_ptr<DenseArray> labels_, d_interaction_;
 };
 
 }  // namespace tessera

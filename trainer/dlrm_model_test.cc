@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "trainer/dense_optimizer.h"
 
@@ -118,6 +120,72 @@ TEST(DlrmModelTest, SameSeedSameReplicaAndTrainingLowersLoss) {
 }
 
 // Checkpoints and dumps go through the host copies on every backend.
+// The training loop pushes the embedding gradients from features_ready and
+// allreduces each layer's gradients from grads_ready while the backward goes
+// on: what each hook sees must already be final, the ranges must cover the
+// buffer from its end, and the hooks must change no value.
+TEST(DlrmModelTest, BackwardHooksSeeFinalValuesInOrderAndChangeNothing) {
+  ModelConfig m;
+  m.num_dense_features = 3;
+  m.bottom_mlp = {6, 4};
+  m.top_mlp = {8, 5, 1};
+  const std::vector<int> dims = {2, 3};
+  const Batch b = MakeBatch(m, dims, 11);
+  DlrmModel plain(m, dims, 7), hooked(m, dims, 7);
+
+  std::vector<std::vector<float>> d_plain, d_hooked;
+  auto loss_plain = plain.ForwardBackward(b.dense.data(), Ptrs(b), b.labels.data(), b.B, 0.5f, &d_plain);
+  ASSERT_TRUE(loss_plain.ok()) << loss_plain.status();
+
+  std::vector<std::string> events;
+  std::vector<std::vector<float>> features_seen;
+  std::vector<float> grads_seen(hooked.num_params(), std::nanf(""));
+  int64_t next_end = hooked.num_params();
+  DlrmModel::BackwardHooks hooks;
+  hooks.features_ready = [&]() -> Status {
+    events.push_back("features");
+    features_seen = d_hooked;
+    return Status::OK();
+  };
+  hooks.grads_ready = [&](int64_t offset, int64_t count) -> Status {
+    events.push_back("grads");
+    EXPECT_EQ(offset + count, next_end) << "ranges from the end, adjacent";
+    next_end = offset;
+    for (int64_t i = offset; i < offset + count; ++i) grads_seen[i] = hooked.grads()[i];
+    return Status::OK();
+  };
+  auto loss_hooked =
+      hooked.ForwardBackward(b.dense.data(), Ptrs(b), b.labels.data(), b.B, 0.5f, &d_hooked, &hooks);
+  ASSERT_TRUE(loss_hooked.ok()) << loss_hooked.status();
+
+  EXPECT_EQ(*loss_plain, *loss_hooked);
+  EXPECT_EQ(next_end, 0) << "the ranges cover every gradient";
+  EXPECT_EQ(events, (std::vector<std::string>{"features", "grads", "grads", "grads", "grads", "grads"}));
+  EXPECT_EQ(d_hooked, d_plain);
+  EXPECT_EQ(features_seen, d_plain);
+  const std::vector<float> final_grads(plain.grads().begin(), plain.grads().end());
+  EXPECT_EQ(std::vector<float>(hooked.grads().begin(), hooked.grads().end()), final_grads);
+  EXPECT_EQ(grads_seen, final_grads);
+
+  // An error from a hook ends the pass with it.
+  hooks.features_ready = [] { return Status::Unavailable("server gone"); };
+  auto failed = hooked.ForwardBackward(b.dense.data(), Ptrs(b), b.labels.data(), b.B, 0.5f, &d_hooked, &hooks);
+  EXPECT_EQ(failed.status().code(), StatusCode::kUnavailable);
+
+  // An empty share reports the same ranges, so its peers' allreduces pair up.
+  events.clear();
+  next_end = hooked.num_params();
+  hooks.features_ready = [&]() -> Status {
+    events.push_back("features");
+    return Status::OK();
+  };
+  auto empty = hooked.ForwardBackward(nullptr, std::vector<const float*>(dims.size(), nullptr), nullptr, 0, 0.5f,
+                                      &d_hooked, &hooks);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(events, (std::vector<std::string>{"features", "grads", "grads", "grads", "grads", "grads"}));
+  EXPECT_EQ(next_end, 0);
+}
+
 TEST(DlrmModelTest, ParamsRoundTripThroughTheHost) {
   ModelConfig m;
   m.num_dense_features = 2;

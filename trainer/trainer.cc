@@ -128,6 +128,7 @@ Status Trainer::Train(const GenerationStart& start, json* report) {
   lo.stop = member_->stop_training();
   lo.steps_done = member_->steps_done();
   lo.step_metrics = &metrics_;
+  lo.allreduce_bucket_bytes = job.training.allreduce_bucket_bytes;
   if (member_->rank() == 0) {
     lo.eval_data = eval_data.get();
     lo.eval_every = job.training.eval_every;

@@ -1,10 +1,13 @@
 #include "trainer/training_loop.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <memory>
 
 #include <glog/logging.h>
 
+#include "trainer/bucketed_allreduce.h"
 #include "trainer/data_split.h"
 #include "trainer/eval_metrics.h"
 
@@ -133,6 +136,11 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
            step + 1 < total;
   };
   bool prefetched = false;  // this step's batch was read and its lookup started during the last step
+  std::unique_ptr<BucketedAllReduce> buckets;
+  if (!model_->on_device() && options_.allreduce_bucket_bytes > 0) {
+    buckets = std::make_unique<BucketedAllReduce>(
+        collective_, std::max<int64_t>(1, options_.allreduce_bucket_bytes / static_cast<int64_t>(sizeof(float))));
+  }
   for (int64_t step = options_.start_step; step < total; ++step) {
     if (options_.stop != nullptr && options_.stop->load()) return Status::Cancelled("training stopped");
     if (options_.before_step) options_.before_step(step);
@@ -171,19 +179,44 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
       TESSERA_RETURN_IF_ERROR(LookupAll(static_cast<uint64_t>(step), batch.sparse, false, &features, &pooled));
     }
     const auto t2 = Clock::now();
-    TESSERA_ASSIGN_OR_RETURN(const double loss_sum,
-                             model_->ForwardBackward(batch.dense.data(), pooled, batch.labels.data(), batch.size,
-                                                     1.0f / static_cast<float>(share.global_count), &d_features));
-    ExpandSequenceGrads(batch.sparse, &d_features);
-    const auto t3 = Clock::now();
-    // The embedding gradients travel while the dense ones are allreduced.
-    TESSERA_RETURN_IF_ERROR(embeddings_->StartPush(d_features));
-    TESSERA_RETURN_IF_ERROR(local_tables_->Backward(batch.sparse, d_features));
-    // On a GPU the gradients are summed where they are, in device memory.
-    if (model_->on_device()) {
-      TESSERA_RETURN_IF_ERROR(collective_->AllReduceSumDevice(model_->grads().data(), model_->num_params()));
+    Clock::time_point t3;
+    // The embedding gradients travel while the dense ones are computed and
+    // allreduced.
+    auto send_features = [&]() -> Status {
+      ExpandSequenceGrads(batch.sparse, &d_features);
+      TESSERA_RETURN_IF_ERROR(embeddings_->StartPush(d_features));
+      return local_tables_->Backward(batch.sparse, d_features);
+    };
+    const float loss_scale = 1.0f / static_cast<float>(share.global_count);
+    double loss_sum = 0;
+    if (buckets != nullptr) {
+      buckets->Begin(model_->grads());
+      DlrmModel::BackwardHooks hooks;
+      hooks.features_ready = send_features;
+      hooks.grads_ready = [&](int64_t offset, int64_t count) {
+        buckets->Ready(offset, count);
+        return Status::OK();
+      };
+      StatusOr<double> fb = model_->ForwardBackward(batch.dense.data(), pooled, batch.labels.data(), batch.size,
+                                                    loss_scale, &d_features, &hooks);
+      t3 = Clock::now();
+      // Waited for even when the backward failed: the buckets in flight read
+      // the model's gradients.
+      const Status summed = buckets->Finish();
+      TESSERA_RETURN_IF_ERROR(fb.status());
+      TESSERA_RETURN_IF_ERROR(summed);
+      loss_sum = *fb;
     } else {
-      TESSERA_RETURN_IF_ERROR(collective_->AllReduceSum(model_->grads()));
+      TESSERA_ASSIGN_OR_RETURN(loss_sum, model_->ForwardBackward(batch.dense.data(), pooled, batch.labels.data(),
+                                                                 batch.size, loss_scale, &d_features));
+      t3 = Clock::now();
+      TESSERA_RETURN_IF_ERROR(send_features());
+      // On a GPU the gradients are summed where they are, in device memory.
+      if (model_->on_device()) {
+        TESSERA_RETURN_IF_ERROR(collective_->AllReduceSumDevice(model_->grads().data(), model_->num_params()));
+      } else {
+        TESSERA_RETURN_IF_ERROR(collective_->AllReduceSum(model_->grads()));
+      }
     }
     // Every trainer asks at the same steps, so all agree on the boundary.
     if ((step + 1) % std::max<int64_t>(1, options_.request_check_every) == 0) {

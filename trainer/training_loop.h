@@ -1,8 +1,12 @@
 // The training loop of one trainer (DESIGN.md §4), given its wired parts:
 //
 //   read its share of global batch t -> sparse forward (lookups, context t)
-//   -> dense forward/backward -> allreduce dense gradients -> dense step
-//   -> push embedding gradients (context t) -> metrics line
+//   -> dense forward/backward -> push embedding gradients (context t)
+//   -> allreduce dense gradients -> dense step -> metrics line
+//
+// With allreduce buckets, the backward computes the inputs' gradients first,
+// the push leaves, and the weights' gradients are allreduced in buckets as
+// they are made.
 //
 // Gradients are those of the mean loss over the whole global batch (all
 // trainers), so W trainers with batch B train exactly like one trainer with
@@ -56,6 +60,13 @@ struct TrainingLoopOptions {
   TrainerMetrics* step_metrics = nullptr;
   // Called before each step; fault injection for tests (a stuck trainer).
   std::function<void(int64_t step)> before_step;
+
+  // training.allreduce_bucket_bytes: > 0 sums the dense gradients over the
+  // trainers in buckets of this many bytes, each as soon as the backward
+  // pass has it (trainer/bucketed_allreduce.h), and the embedding gradients
+  // leave before the dense weights' gradients are computed. 0: one
+  // allreduce after the backward pass. A model on a GPU always sums in one.
+  int64_t allreduce_bucket_bytes = 0;
 
   // The first step (a resumed job starts where its checkpoint was taken).
   int64_t start_step = 0;

@@ -36,12 +36,14 @@ void LinearBackward(const float* x, const float* W, const float* dy, int64_t bat
   CHECK_GT(out, 0);
   if (batch <= 0) return;
   const blasint m = static_cast<blasint>(batch);
-  // dW [out x in] += dy^T [out x batch] * x [batch x in].
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, m, 1.0f, dy, out, x, in, 1.0f, dW, in);
-  // db += column sums of dy, rows in order.
-  for (int64_t r = 0; r < batch; ++r) {
-    const float* dyr = dy + r * out;
-    for (int o = 0; o < out; ++o) db[o] += dyr[o];
+  if (dW != nullptr) {
+    // dW [out x in] += dy^T [out x batch] * x [batch x in].
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, m, 1.0f, dy, out, x, in, 1.0f, dW, in);
+    // db += column sums of dy, rows in order.
+    for (int64_t r = 0; r < batch; ++r) {
+      const float* dyr = dy + r * out;
+      for (int o = 0; o < out; ++o) db[o] += dyr[o];
+    }
   }
   // dx [batch x in] = dy [batch x out] * W [out x in]; beta = 0 ignores dx's old contents.
   if (dx != nullptr) {

@@ -158,13 +158,15 @@ Status DenseOpsCuda::LinearBackward(const float* x, const float* W, const float*
   TESSERA_RETURN_IF_ERROR(CheckShape(in, out));
   if (batch <= 0) return Status::OK();
   const float one = 1.0f, zero = 0.0f;
-  TESSERA_RETURN_IF_ERROR(FromCublas(
-      cublasSgemm_64(handle_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, &one, x, in, dy, out, &one, dW, in),
-      "LinearBackward: dW"));
-  TESSERA_ASSIGN_OR_RETURN(const float* ones, Ones(batch));
-  TESSERA_RETURN_IF_ERROR(
-      FromCublas(cublasSgemv_64(handle_, CUBLAS_OP_N, out, batch, &one, dy, out, ones, 1, &one, db, 1),
-                 "LinearBackward: db"));
+  if (dW != nullptr) {
+    TESSERA_RETURN_IF_ERROR(FromCublas(
+        cublasSgemm_64(handle_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, &one, x, in, dy, out, &one, dW, in),
+        "LinearBackward: dW"));
+    TESSERA_ASSIGN_OR_RETURN(const float* ones, Ones(batch));
+    TESSERA_RETURN_IF_ERROR(
+        FromCublas(cublasSgemv_64(handle_, CUBLAS_OP_N, out, batch, &one, dy, out, ones, 1, &one, db, 1),
+                   "LinearBackward: db"));
+  }
   if (dx == nullptr) return Status::OK();
   return FromCublas(
       cublasSgemm_64(handle_, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, &one, W, in, dy, out, &zero, dx, in),

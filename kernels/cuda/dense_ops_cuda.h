@@ -35,7 +35,9 @@ class DenseOpsCuda {
 
   // y = x W^T + b.
   Status LinearForward(const float* x, const float* W, const float* b, int64_t batch, int in, int out, float* y);
-  // dW += dy^T x; db += column sums of dy; dx = dy W (skipped when dx is null).
+  // dW += dy^T x and db += column sums of dy (both skipped when dW is null);
+  // dx = dy W (skipped when dx is null). A backward pass may so take the
+  // inputs' gradients first and the weights' later.
   Status LinearBackward(const float* x, const float* W, const float* dy, int64_t batch, int in, int out, float* dW,
                         float* db, float* dx);
   // x = max(x, 0), in place.

@@ -5,6 +5,7 @@
 # HOSTS (names) before make_hosts, and calls remove_hosts when done (also on
 # failure: from its EXIT trap).
 
+TESSERA_ROOT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 declare -A ADDR=()
 NAMESPACES=()
 
@@ -53,6 +54,43 @@ make_hosts() {
     ip -n "$PFX-$h" addr add "${ADDR[$h]}/24" dev e0 || return 1
     ip -n "$PFX-$h" link set e0 up || return 1
   done
+}
+
+# Processes the caller started on the hosts, by pid: kill_started kills and
+# reaps them (also from an EXIT trap).
+PIDS=()
+kill_started() {
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  PIDS=()
+}
+
+# run_job_on_hosts RUN KEYS NUM_PS: the job of RUN/job.json with its master
+# on host m (port 5555), NUM_PS servers on p0.. and 2 trainers on t0 and t1
+# (metrics in RUN/trainer<r>.jsonl, logs in RUN), all made by the caller;
+# waits up to 900 s for the master, then kills whatever is left and removes
+# the hosts. Returns the master's exit code (124: it outlived the wait).
+run_job_on_hosts() {
+  local run="$1" keys="$2" n="$3" master="tcp://${ADDR[m]}:5555" master_pid code
+  ip netns exec "$PFX-m" "$TESSERA_ROOT_DIR/scripts/run_master.sh" --config "$run/job.json" --keys "$keys" \
+    --bind "$master" --summary_file "$run/summary.json" >"$run/master.log" 2>&1 &
+  PIDS+=($!)
+  master_pid=$!
+  for ((i = 0; i < n; i++)); do
+    ip netns exec "$PFX-p$i" "$TESSERA_ROOT_DIR/scripts/run_ps.sh" --master "$master" --keys "$keys" \
+      --bind tcp://0.0.0.0:0 >"$run/ps$i.log" 2>&1 &
+    PIDS+=($!)
+  done
+  for r in 0 1; do
+    ip netns exec "$PFX-t$r" "$TESSERA_ROOT_DIR/scripts/run_trainer.sh" --master "$master" --keys "$keys" --rank $r \
+      --world 2 --metrics_file "$run/trainer$r.jsonl" >"$run/trainer$r.log" 2>&1 &
+    PIDS+=($!)
+  done
+  wait_pid "$master_pid" 900
+  code=$?
+  kill_started
+  remove_hosts
+  return $code
 }
 
 remove_hosts() {

@@ -83,6 +83,10 @@ struct Case {
   // training.prefetch: step t+1's lookups leave before step t is pushed and
   // wait at the servers for its update.
   bool prefetch = false;
+  // training.allreduce_bucket_bytes: the dense gradients allreduced in
+  // buckets while the backward pass runs, the push leaving before the
+  // weights' gradients are computed.
+  int64_t allreduce_bucket_bytes = 0;
 };
 
 class EquivalenceTest : public ::testing::TestWithParam<Case> {};
@@ -94,6 +98,7 @@ TEST_P(EquivalenceTest, TwoTrainersEqualOneProcessWithTheConcatenatedBatch) {
   json config = JobConfigJson(sharding, num_ps, 2, kBatch);
   config["training"]["row_replies"] = c.row_replies;
   config["training"]["prefetch"] = c.prefetch;
+  config["training"]["allreduce_bucket_bytes"] = c.allreduce_bucket_bytes;
   testing::LocalCluster cluster("equivalence_" + sharding);
   const std::string dump = cluster.dir() + "/dump";
   std::vector<std::string> ps_args;
@@ -248,6 +253,10 @@ std::vector<Case> AllCases() {
   out.push_back({"row_wise", 3, false, 0, "auto", true});
   out.push_back({"table_wise", 2, true, 48, "auto", true});
   out.push_back({"column_wise", 2, false, 0, "always", true});
+  // Dense gradients in buckets of 64 bytes (many per step, of every layer),
+  // with and without prefetch.
+  out.push_back({"row_wise", 2, false, 0, "auto", false, 64});
+  out.push_back({"table_wise", 2, true, 48, "auto", true, 64});
   return out;
 }
 
@@ -255,7 +264,8 @@ INSTANTIATE_TEST_SUITE_P(Sharding, EquivalenceTest, ::testing::ValuesIn(AllCases
   return info.param.sharding + "_" + std::to_string(info.param.num_ps) + "ps" + (info.param.tiered ? "_tiered" : "") +
          (info.param.gpu_tier_rows > 0 ? "_gpu_tier_on_host" : "") +
          (info.param.row_replies != "auto" ? "_rows_" + info.param.row_replies : "") +
-         (info.param.prefetch ? "_prefetch" : "");
+         (info.param.prefetch ? "_prefetch" : "") +
+         (info.param.allreduce_bucket_bytes > 0 ? "_buckets" : "");
 });
 
 }  // namespace
