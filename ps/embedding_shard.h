@@ -63,6 +63,14 @@ class EmbeddingShard {
   // Rows of the reply: one per non-empty bag (pooled) or per id (unpooled).
   int64_t OutRows(int64_t non_empty_bags, int64_t num_ids) const { return pooled() ? non_empty_bags : num_ids; }
   RowStore* store() { return store_.get(); }
+  // Whether Warm can bring rows up from a slower tier (RowStore::has_slower_tier).
+  bool warms() const { return store_->has_slower_tier(); }
+  // RowStore::Warm of the distinct `ids`, after Forward's check of them (an
+  // id outside the shard: that error, nothing warmed).
+  Status Warm(std::span<const int64_t> ids) {
+    TESSERA_RETURN_IF_ERROR(CheckIds(ids));
+    return store_->Warm(ids);
+  }
 
   // Checks every id lies in the shard's rows and every weight is finite, then
   // deduplicates, gathers and pools. out: [OutRows x cols], overwritten;

@@ -61,6 +61,9 @@ void WritePsMetrics(const json& stats, PrometheusText* out) {
   out->Counter("tessera_ps_lookups_total", "Lookup requests served.", {}, Number(stats, "lookups"));
   out->Counter("tessera_ps_ids_looked_up_total", "Ids looked up, over all lookup requests.", {},
                Number(stats, "ids_looked_up"));
+  out->Counter("tessera_ps_rows_warmed_total",
+               "Rows of lookups parked for the step before them, read up from RocksDB while they waited.", {},
+               Number(stats, "rows_warmed"));
   out->Counter("tessera_ps_pushes_applied_total", "Gradient pushes applied.", {}, Number(stats, "pushes_applied"));
   out->Counter("tessera_ps_refused_requests_total", "Requests refused (bad, forged, out of order).", {},
                Number(stats, "errors"));

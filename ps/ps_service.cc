@@ -404,6 +404,13 @@ void PsService::HandleLookup(Message&& m, Responder r) {
   }
   const uint64_t step = req.meta.step;
   const uint32_t req_trainer = req.meta.trainer;
+  // A lookup of the next step (prefetch) parks until this step is applied;
+  // meanwhile its rows come up from RocksDB, so that only their values wait
+  // for the update. The ids are copied first: parking moves the request.
+  WarmList warm;
+  if (job_->training.consistency == Consistency::kSync && step > gate_.applied_steps()) {
+    warm = WarmableRowsLocked(req);
+  }
   DeferredLookup lookup{std::move(req), std::move(r)};
   Status refusal;
   switch (gate_.OnLookup(req_trainer, step, &lookup, &refusal)) {
@@ -412,12 +419,48 @@ void PsService::HandleLookup(Message&& m, Responder r) {
       ServeLookup(std::move(lookup.request), std::move(lookup.responder));
       return;
     case LookupAction::kPark:
+      lock.unlock();
+      if (!warm.entries.empty()) WarmRows(std::move(warm));
       return;
     case LookupAction::kRefuse:
       // Too far ahead (the failure was checked above, and Abort takes mu_ too).
       ++errors_;
       lookup.responder.ReplyError(refusal);
       return;
+  }
+}
+
+PsService::WarmList PsService::WarmableRowsLocked(const LookupRequest& req) const {
+  WarmList warm;
+  if (!shards_) return warm;
+  size_t id = 0;
+  for (const LookupEntry& e : req.entries.span()) {
+    auto it = shards_->find(e.shard);
+    // Evaluations create nothing, backups' copies read nothing.
+    if (it != shards_->end() && it->second->warms() && !e.context_only() && !(req.meta.flags & kLookupNoContext)) {
+      auto ids = req.ids.span().subspan(id, e.num_ids);
+      warm.entries.push_back({it->second.get(), std::vector<int64_t>(ids.begin(), ids.end())});
+    }
+    id += e.num_ids;
+  }
+  if (!warm.entries.empty()) warm.shards = shards_;
+  return warm;
+}
+
+void PsService::WarmRows(WarmList&& warm) {
+  auto task = [this, w = std::make_shared<WarmList>(std::move(warm))] {
+    std::vector<int64_t> unique;
+    std::vector<int32_t> inverse;
+    for (auto& [shard, ids] : w->entries) {
+      ThreadDeduper()->Run(ids, &unique, &inverse);
+      // A hint: an error here (a bad id, RocksDB) is the serve's to report.
+      if (shard->Warm(unique).ok()) rows_warmed_ += static_cast<int64_t>(unique.size());
+    }
+  };
+  if (run_on_worker_) {
+    run_on_worker_(std::move(task));
+  } else {
+    task();
   }
 }
 
@@ -790,6 +833,7 @@ json PsService::Stats() const {
               {"shards", s},
               {"lookups", lookups_.load()},
               {"ids_looked_up", ids_looked_up_.load()},
+              {"rows_warmed", rows_warmed_.load()},
               {"pushes_applied", pushes_applied_.load()},
               {"errors", errors_.load()},
               {"open_contexts", contexts_.size()},

@@ -261,6 +261,15 @@ class PsService {
 
   // Computes and answers a lookup; stores its context on success.
   void ServeLookup(LookupRequest&& req, Responder r);
+  // The ids of a parked lookup's entries on shards with a slower tier, and
+  // the shard map that keeps those shards alive until they are warmed.
+  struct WarmList {
+    std::shared_ptr<const ShardMap> shards;
+    std::vector<std::pair<EmbeddingShard*, std::vector<int64_t>>> entries;
+  };
+  WarmList WarmableRowsLocked(const LookupRequest& req) const;  // REQUIRES: mu_ held
+  // Brings the rows up on a worker thread (EmbeddingShard::Warm).
+  void WarmRows(WarmList&& warm);
   // Serves the lookups the gate released, or answers them with its status.
   void AnswerReleased(Gate::Released&& released);
   // Checks a push against its context and computes row gradients.
@@ -316,6 +325,7 @@ class PsService {
   Gate gate_;
 
   std::atomic<int64_t> lookups_{0}, ids_looked_up_{0}, pushes_applied_{0}, errors_{0};
+  std::atomic<int64_t> rows_warmed_{0};  // distinct rows of parked lookups brought up from a slower tier
   // Time spent computing (not waiting): pooling, row gradients, optimizer.
   std::atomic<int64_t> lookup_ns_{0}, backward_ns_{0}, apply_ns_{0};
 };

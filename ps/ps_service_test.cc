@@ -84,16 +84,34 @@ class PsServiceTest : public ::testing::Test {
   // KiB of host memory per server over RocksDB, so most requests evict,
   // write back and fetch.
   RowStoreFactory AllTiers() {
-    std::string tmpl = ::testing::TempDir() + "ps_service_test.XXXXXX";
-    CHECK(mkdtemp(tmpl.data()) != nullptr);
-    dir_ = tmpl;
     ShardStorageOptions o;
-    o.rocksdb_path = dir_;
     o.host_bytes = 1024;
     o.gpu_bytes = 1;
     o.gpu_tier_on_host = true;
     o.gpu_min_slots = 16;
+    return WithRocksDb(o);
+  }
+  // Host memory for a few rows per server over RocksDB, no GPU tier.
+  RowStoreFactory RocksDbTier() {
+    ShardStorageOptions o;
+    o.host_bytes = 1024;
+    return WithRocksDb(o);
+  }
+  // `o` with its RocksDB in a new folder, removed at the end.
+  RowStoreFactory WithRocksDb(ShardStorageOptions o) {
+    std::string tmpl = ::testing::TempDir() + "ps_service_test.XXXXXX";
+    CHECK(mkdtemp(tmpl.data()) != nullptr);
+    dir_ = tmpl;
+    o.rocksdb_path = dir_;
     return MakeRowStoreFactory(o);
+  }
+
+  int64_t StatOfShard0(const char* key) {
+    const nlohmann::json stats = service_->Stats();  // outlives the loop
+    for (const auto& shard : stats.at("shards")) {
+      if (shard.value("shard_id", -1) == 0) return shard.value(key, int64_t{0});
+    }
+    return -1;
   }
 
   // Fills *rows with every row of both tables at the end.
@@ -495,6 +513,51 @@ TEST_F(PsServiceTest, SyncModeWaitsForEveryTrainersGradients) {
   ASSERT_TRUE(v.ok()) << v.status();
   // Both gradients applied as one step: 0.5 * (1 + 3).
   for (int c = 0; c < 4; ++c) EXPECT_NEAR((*v)[c], Init(0, 7, c) - 2.0f, 1e-6);
+}
+
+// Sync prefetch over RocksDB: a lookup parked until the step before it is
+// applied has its rows read from RocksDB while it waits, and is answered
+// with the updated rows once the step is applied.
+TEST_F(PsServiceTest, AParkedLookupsRowsComeUpFromRocksDbWhileItWaits) {
+  Start("sync", 2, RocksDbTier());
+  // Step 0 updates rows 0..79, more than the host tier holds: most are
+  // written back to RocksDB and leave memory.
+  for (uint32_t t = 0; t < 2; ++t) {
+    std::vector<std::vector<int64_t>> bags;
+    for (int64_t i = 0; i < 40; ++i) bags.push_back({40 * t + i});
+    ASSERT_TRUE(Call(Lookup(t, 0, bags)).ok());
+    ASSERT_TRUE(Call(Push(t, 0, 40, 4, std::vector<float>(160, 1.0f))).ok());
+  }
+  // A sync push is answered before it is applied: wait for step 0, so that
+  // step 1's lookup is served at once rather than parked (and warmed).
+  const auto applied_by = std::chrono::steady_clock::now() + milliseconds(5000);
+  while (service_->Stats().value("applied_steps", int64_t{0}) < 1 && std::chrono::steady_clock::now() < applied_by) {
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  // Step 1 waits for trainer 1.
+  ASSERT_TRUE(Call(Lookup(0, 1, {{90}})).ok());
+  ASSERT_TRUE(Call(Push(0, 1, 1, 4, {1, 1, 1, 1})).ok());
+  ASSERT_EQ(service_->Stats().value("rows_warmed", int64_t{-1}), 0);
+  const int64_t read_before = StatOfShard0("rocksdb_rows_read");
+  std::vector<std::vector<int64_t>> wanted;
+  for (int64_t i = 0; i < 10; ++i) wanted.push_back({i});
+  RpcFuture early = client_->Call(peer_, Lookup(0, 2, wanted), milliseconds(5000));
+  // Its rows come up before step 1 is applied.
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
+  while (service_->Stats().value("rows_warmed", int64_t{0}) < 10 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  EXPECT_EQ(service_->Stats().value("rows_warmed", int64_t{0}), 10);
+  EXPECT_GT(StatOfShard0("rocksdb_rows_read"), read_before);
+  EXPECT_FALSE(early.Ready());
+  ASSERT_TRUE(Call(Lookup(1, 1, {{91}})).ok());
+  ASSERT_TRUE(Call(Push(1, 1, 1, 4, {1, 1, 1, 1})).ok());
+  auto v = Values(early.Wait(), 10 * 4);
+  ASSERT_TRUE(v.ok()) << v.status();
+  // Rows 0..9: step 0's update only, 0.5 * 1.
+  for (int64_t i = 0; i < 10; ++i) {
+    for (int c = 0; c < 4; ++c) EXPECT_NEAR((*v)[i * 4 + c], Init(0, i, c) - 0.5f, 1e-6) << "row " << i;
+  }
 }
 
 TEST_F(PsServiceTest, AbortAnswersWaitingLookups) {

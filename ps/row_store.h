@@ -87,6 +87,19 @@ class RowStore {
     return Status::Internal("this store's rows move: update them by id");
   }
 
+  // Whether rows may sit in a slower tier (RocksDB) than the one Read serves
+  // them from, so that Warm has something to do.
+  virtual bool has_slower_tier() const { return false; }
+  // Brings the rows of `ids` to the tier Read serves them from, ahead of
+  // that Read (a lookup parked until the step before it is applied); they
+  // may be evicted again before it comes. Values are unchanged: a row never
+  // stored becomes resident with its initial value, as a Read would make
+  // it. Stores without a slower tier do nothing.
+  virtual Status Warm(std::span<const int64_t> ids) {
+    (void)ids;
+    return Status::OK();
+  }
+
   // A hint that about `rows` more rows are about to be inserted (a restore,
   // a migration): a store whose index grows by rehashing sizes it once.
   virtual void Reserve(int64_t rows) { (void)rows; }

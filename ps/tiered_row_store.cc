@@ -132,6 +132,11 @@ class TieredRowStore final : public RowStore, public RocksCheckpointable {
     return Run(ids, /*write=*/false, [&](float* const* rows, int64_t n) { fn(rows, n); });
   }
   Status Update(std::span<const int64_t> ids, const UpdateFn& fn) override { return Run(ids, /*write=*/true, fn); }
+  bool has_slower_tier() const override { return true; }
+  // A Read that looks at nothing: the misses are fetched and inserted.
+  Status Warm(std::span<const int64_t> ids) override {
+    return Run(ids, /*write=*/false, [](float* const*, int64_t) {});
+  }
   // Resident rows from memory, the others from below or, where below has
   // none, their initial value; nothing is promoted or created. mu_ stays
   // shared throughout, so no eviction or write-back runs meanwhile and what
