@@ -71,6 +71,7 @@ json.dump(c, open(dst, "w"), indent=1)
 PY
   run_job_on_hosts "$RUN" "$OUT/keys" "$n"
   code=$?
+  remove_hosts
   if [ $code != 0 ]; then
     echo "cluster_bench: the job on $n server(s) failed (exit $code); see $RUN" >&2
     tail -n 3 "$RUN/master.log" >&2

@@ -38,10 +38,8 @@ LAST="$OUT/last_results.jsonl"  # this run's lines, for its plot
 : >"$LAST"
 PFX="tdb$(printf '%04x' $(($$ % 65536)))"
 HOSTS=(m p0 t0 t1)
-PIDS=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  kill_started
   remove_hosts
 }
 trap cleanup EXIT
@@ -78,24 +76,8 @@ c = json.load(open(src))
 c["training"].update(steps=int(steps), prefetch=(prefetch == "true"), log_every=1000)
 json.dump(c, open(dst, "w"), indent=1)
 PY
-    master="tcp://${ADDR[m]}:5555"
-    ip netns exec "$PFX-m" "$ROOT/scripts/run_master.sh" --config "$RUN/job.json" --keys "$OUT/keys" \
-      --bind "$master" >"$RUN/master.log" 2>&1 &
-    PIDS+=($!)
-    master_pid=$!
-    ip netns exec "$PFX-p0" "$ROOT/scripts/run_ps.sh" --master "$master" --keys "$OUT/keys" \
-      --bind tcp://0.0.0.0:0 >"$RUN/ps0.log" 2>&1 &
-    PIDS+=($!)
-    for r in 0 1; do
-      ip netns exec "$PFX-t$r" "$ROOT/scripts/run_trainer.sh" --master "$master" --keys "$OUT/keys" --rank $r \
-        --world 2 --metrics_file "$RUN/trainer$r.jsonl" >"$RUN/trainer$r.log" 2>&1 &
-      PIDS+=($!)
-    done
-    wait_pid "$master_pid" 900
+    run_job_on_hosts "$RUN" "$OUT/keys" 1
     code=$?
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    PIDS=()
     if [ $code != 0 ]; then
       echo "delay_bench: the job (delay $d ms, prefetch $prefetch) failed (exit $code); see $RUN" >&2
       kill "$hop_pid" 2>/dev/null

@@ -74,6 +74,7 @@ json.dump(c, open(dst, "w"), indent=1)
 PY
     run_job_on_hosts "$RUN" "$OUT/keys" 2
     code=$?
+    remove_hosts
     if [ $code != 0 ]; then
       echo "overlap_bench: the job with buckets of $bucket bytes failed (exit $code); see $RUN" >&2
       tail -n 3 "$RUN/master.log" >&2

@@ -68,8 +68,8 @@ kill_started() {
 # run_job_on_hosts RUN KEYS NUM_PS: the job of RUN/job.json with its master
 # on host m (port 5555), NUM_PS servers on p0.. and 2 trainers on t0 and t1
 # (metrics in RUN/trainer<r>.jsonl, logs in RUN), all made by the caller;
-# waits up to 900 s for the master, then kills whatever is left and removes
-# the hosts. Returns the master's exit code (124: it outlived the wait).
+# waits up to 900 s for the master, then kills whatever is left (the hosts
+# stay). Returns the master's exit code (124: it outlived the wait).
 run_job_on_hosts() {
   local run="$1" keys="$2" n="$3" master="tcp://${ADDR[m]}:5555" master_pid code
   ip netns exec "$PFX-m" "$TESSERA_ROOT_DIR/scripts/run_master.sh" --config "$run/job.json" --keys "$keys" \
@@ -89,7 +89,6 @@ run_job_on_hosts() {
   wait_pid "$master_pid" 900
   code=$?
   kill_started
-  remove_hosts
   return $code
 }
 
