@@ -14,10 +14,6 @@
 //                     the peer); SGD through the row pointers, in place
 //   fwd_bwd_sgd_copy  the same, but the unique rows are first copied out of
 //                     the table and the forward reads the copy
-//   fwd_fused_bwd_sgd fwd_bwd_sgd with the backward fused into the SGD pass
-//                     (kernels/embedding_bag_backward_apply.h): the ids
-//                     grouped by row, then per row its gradient summed in
-//                     registers and the step applied; no gradient rows
 // All phases are in the timed call, the pointer table included. lookups_per_s
 // counts every id of a batch (repeats included), as the peer does, per
 // wall-clock second (median of --repeats; _min/_max the worst/best repeat);
@@ -46,7 +42,6 @@
 
 #include "kernels/dedup.h"
 #include "kernels/embedding_bag.h"
-#include "kernels/embedding_bag_backward_apply.h"
 #include "kernels/sparse_optimizer.h"
 
 DEFINE_int64(num_rows, 1000000, "rows of the table");
@@ -54,7 +49,7 @@ DEFINE_int32(dim, 64, "floats per row");
 DEFINE_int64(batch, 4096, "bags per call");
 DEFINE_int64(pooling, 20, "ids per bag");
 DEFINE_string(zipf, "1.05,0", "comma list of id distribution exponents; 0 = uniform");
-DEFINE_string(modes, "fwd,fwd_bwd_sgd,fwd_bwd_sgd_copy,fwd_fused_bwd_sgd", "comma list of modes to run");
+DEFINE_string(modes, "fwd,fwd_bwd_sgd,fwd_bwd_sgd_copy", "comma list of modes to run");
 DEFINE_uint64(seed, 1234, "id sampling seed");
 DEFINE_double(lr, 0.05, "SGD learning rate");
 DEFINE_int32(distinct_batches, 32, "pre-generated batches, cycled");
@@ -287,54 +282,6 @@ void BenchDistribution(double zipf, float* table, const std::vector<int64_t>& of
                          {"backward", phase[4] * 1e3 / calls}, {"sgd", phase[5] * 1e3 / calls}};
     if (!copy) ms.erase("copy");
     Report(mode, zipf, t, unique_mean, ms);
-  }
-
-  // (c) dedup, row pointers, forward, then the backward fused into SGD.
-  if (ModeSelected("fwd_fused_bwd_sgd")) {
-    double phase[5] = {};  // dedup, row_ptrs, forward, segments, backward_sgd
-    int64_t calls = 0;
-    kernels::RowSegments segments;
-    const Timing t = Time([&](int i) {
-      const auto& ids = batches[i % nb];
-      double t0 = ThreadCpuSeconds();
-      auto lap = [&](int k) {
-        const double now = ThreadCpuSeconds();
-        phase[k] += now - t0;
-        t0 = now;
-      };
-      deduper.Run(ids, &unique, &inverse);
-      const int64_t num_unique = static_cast<int64_t>(unique.size());
-      lap(0);
-      for (int64_t k = 0; k < num_unique; ++k) row_ptrs[k] = table + unique[k] * dim;
-      lap(1);
-      EmbeddingBagForwardArgs<int32_t> f;
-      f.row_ptrs = row_ptrs.data();
-      f.num_rows = num_unique;
-      f.dim = dim;
-      f.indices = inverse.data();
-      f.offsets = offsets.data();
-      f.num_bags = FLAGS_batch;
-      f.out = pooled.get();
-      kernels::EmbeddingBagForwardCpu(f);
-      lap(2);
-      EmbeddingBagBackwardArgs<int32_t> bags;
-      bags.dim = dim;
-      bags.indices = inverse.data();
-      bags.offsets = offsets.data();
-      bags.num_bags = FLAGS_batch;
-      bags.num_rows = num_unique;
-      kernels::BuildRowSegments(bags, &segments);
-      lap(3);
-      kernels::ApplyRowSegmentsCpu(sgd, dim, segments, grad_pooled.get(), row_ptrs.data());
-      lap(4);
-      ++calls;
-    });
-    Report("fwd_fused_bwd_sgd", zipf, t, unique_mean,
-           {{"dedup", phase[0] * 1e3 / calls},
-            {"row_ptrs", phase[1] * 1e3 / calls},
-            {"forward", phase[2] * 1e3 / calls},
-            {"segments", phase[3] * 1e3 / calls},
-            {"backward_sgd", phase[4] * 1e3 / calls}});
   }
 }
 
