@@ -12,6 +12,7 @@
 #include "common/json_fields.h"
 #include "common/param_file.h"
 #include "kernels/dedup.h"
+#include "kernels/row_sum.h"
 #include "ps/page_memory.h"
 
 namespace tessera {
@@ -613,10 +614,13 @@ Status PsService::ApplyMerged(const std::vector<const std::vector<EntryGrads>*>&
   for (const auto* push : pushes) {
     for (const EntryGrads& g : *push) by_shard[g.shard].push_back(&g);
   }
-  std::vector<int64_t> all_ids, unique;
-  std::vector<int32_t> inverse;
-  std::vector<float> summed;
-  std::vector<float*> rows;
+  // Kept by the thread between steps: fresh buffers of a step's size would
+  // be fresh pages, zeroed by the kernel on every step.
+  thread_local std::vector<int64_t> all_ids, unique;
+  thread_local std::vector<int32_t> inverse;
+  thread_local std::vector<float> summed;
+  thread_local std::vector<float*> rows;
+  thread_local std::vector<kernels::RowRun> runs;
   for (auto& [shard_id, parts] : by_shard) {
     EmbeddingShard* shard = shards->at(shard_id).get();
     const int cols = shard->cols();
@@ -627,20 +631,21 @@ Status PsService::ApplyMerged(const std::vector<const std::vector<EntryGrads>*>&
     all_ids.clear();
     for (const EntryGrads* p : parts) all_ids.insert(all_ids.end(), p->ids.begin(), p->ids.end());
     ThreadDeduper()->Run(all_ids, &unique, &inverse);
-    summed.assign(unique.size() * cols, 0.0f);
+    // Each distinct row's gradient: the parts' rows added in rank order.
+    runs.clear();
+    for (const EntryGrads* p : parts) runs.push_back({p->grads.data(), static_cast<int64_t>(p->ids.size())});
+    summed.resize(unique.size() * cols);
+    kernels::SumRowsByIndexCpu(cols, runs, inverse.data(), static_cast<int64_t>(unique.size()), summed.data());
     // The merged ids' rows, where every part knows its own in one store.
     const RowStore* row_store = parts[0]->row_store;
     for (const EntryGrads* p : parts) {
       if (p->row_store != row_store || p->rows.size() != p->ids.size()) row_store = nullptr;
     }
-    rows.assign(row_store != nullptr ? unique.size() : 0, nullptr);
-    size_t k = 0;
-    for (const EntryGrads* p : parts) {
-      for (size_t i = 0; i < p->ids.size(); ++i, ++k) {
-        float* dst = summed.data() + static_cast<size_t>(inverse[k]) * cols;
-        const float* src = p->grads.data() + i * cols;
-        for (int c = 0; c < cols; ++c) dst[c] += src[c];
-        if (row_store != nullptr) rows[inverse[k]] = p->rows[i];
+    rows.resize(row_store != nullptr ? unique.size() : 0);
+    if (row_store != nullptr) {
+      size_t k = 0;
+      for (const EntryGrads* p : parts) {
+        for (size_t i = 0; i < p->ids.size(); ++i, ++k) rows[inverse[k]] = p->rows[i];
       }
     }
     TESSERA_RETURN_IF_ERROR(shard->Apply(unique, summed.data(), rows, row_store));
