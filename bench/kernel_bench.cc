@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "common/thread_cpu_time.h"
 #include "kernels/dedup.h"
 #include "kernels/embedding_bag.h"
 #include "kernels/sparse_optimizer.h"
@@ -90,14 +91,6 @@ std::vector<std::vector<int64_t>> SampleBatches(int64_t n, double s, int batches
     }
   }
   return out;
-}
-
-// This thread's CPU time in seconds: unlike wall time, it does not count the
-// time the thread waited for a core on a busy host.
-double ThreadCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 struct FreeDeleter {

@@ -11,6 +11,7 @@
 #include "common/control_messages.h"
 #include "common/json_fields.h"
 #include "common/param_file.h"
+#include "common/thread_cpu_time.h"
 #include "kernels/dedup.h"
 #include "kernels/row_sum.h"
 #include "ps/page_memory.h"
@@ -493,7 +494,7 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
                                            " one reply may: split the batch"));
     return;
   }
-  const auto start = Clock::now();
+  const int64_t cpu_start = ThreadCpuNanos();
   std::vector<float> values(total);
   Context ctx;
   ctx.entries.resize(req.entries.size());
@@ -524,7 +525,7 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
     if (!e.context_only()) out += static_cast<size_t>(ctx.entries[i].out_rows) * shard->cols();
   }
   ctx.created = Clock::now();
-  lookup_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(ctx.created - start).count();
+  lookup_ns_ += ThreadCpuNanos() - cpu_start;
   if (!(req.meta.flags & kLookupNoContext)) {
     std::lock_guard<std::mutex> lock(mu_);
     ExpireContexts();
@@ -570,7 +571,7 @@ Status PsService::PushToRowGrads(const PushRequest& push, const Context& ctx, st
     if (!std::isfinite(g)) return Status::InvalidArgument("non-finite gradient in push; nothing applied");
   }
   auto shards = Shards();
-  const auto start = Clock::now();
+  const int64_t cpu_start = ThreadCpuNanos();
   out->clear();
   out->resize(ctx.entries.size());
   size_t offset = 0;
@@ -593,22 +594,21 @@ Status PsService::PushToRowGrads(const PushRequest& push, const Context& ctx, st
     g.ids = ce.unique_ids;
     g.rows = ce.row_ptrs;
     g.row_store = ce.row_store;
-    g.grads.resize(g.ids.size() * shard->cols());
-    TESSERA_RETURN_IF_ERROR(shard->Backward(ce, push.grads.data() + offset, g.grads.data()));
+    g.grads = std::make_unique_for_overwrite<float[]>(g.ids.size() * shard->cols());
+    TESSERA_RETURN_IF_ERROR(shard->Backward(ce, push.grads.data() + offset, g.grads.get()));
     offset += static_cast<size_t>(pe.rows) * pe.cols;
   }
-  backward_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+  backward_ns_ += ThreadCpuNanos() - cpu_start;
   return Status::OK();
 }
 
 Status PsService::ApplyMerged(const std::vector<const std::vector<EntryGrads>*>& pushes) {
   auto shards = Shards();
-  const auto start = Clock::now();
-  struct Timer {
+  struct CpuTimer {
     std::atomic<int64_t>* total;
-    Clock::time_point start;
-    ~Timer() { *total += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(); }
-  } timer{&apply_ns_, start};
+    int64_t start;
+    ~CpuTimer() { *total += ThreadCpuNanos() - start; }
+  } timer{&apply_ns_, ThreadCpuNanos()};
   // Group the entries by shard, keeping the given order within a shard.
   std::map<uint32_t, std::vector<const EntryGrads*>> by_shard;
   for (const auto* push : pushes) {
@@ -625,7 +625,7 @@ Status PsService::ApplyMerged(const std::vector<const std::vector<EntryGrads>*>&
     EmbeddingShard* shard = shards->at(shard_id).get();
     const int cols = shard->cols();
     if (parts.size() == 1) {
-      TESSERA_RETURN_IF_ERROR(shard->Apply(parts[0]->ids, parts[0]->grads.data(), parts[0]->rows, parts[0]->row_store));
+      TESSERA_RETURN_IF_ERROR(shard->Apply(parts[0]->ids, parts[0]->grads.get(), parts[0]->rows, parts[0]->row_store));
       continue;
     }
     all_ids.clear();
@@ -633,7 +633,7 @@ Status PsService::ApplyMerged(const std::vector<const std::vector<EntryGrads>*>&
     ThreadDeduper()->Run(all_ids, &unique, &inverse);
     // Each distinct row's gradient: the parts' rows added in rank order.
     runs.clear();
-    for (const EntryGrads* p : parts) runs.push_back({p->grads.data(), static_cast<int64_t>(p->ids.size())});
+    for (const EntryGrads* p : parts) runs.push_back({p->grads.get(), static_cast<int64_t>(p->ids.size())});
     summed.resize(unique.size() * cols);
     kernels::SumRowsByIndexCpu(cols, runs, inverse.data(), static_cast<int64_t>(unique.size()), summed.data());
     // The merged ids' rows, where every part knows its own in one store.

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/thread_cpu_time.h"
+
 namespace tessera {
 namespace {
 
@@ -257,12 +259,6 @@ TEST(SyntheticSourceTest, Validation) {
   o = MixedOptions();
   o.features[2].name = "";
   expect_invalid(o, "empty name");
-}
-
-double ThreadCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // Not a pass/fail test: prints the generation rate of the end-to-end
