@@ -38,14 +38,7 @@ LAST="$OUT/last_results.jsonl"  # this run's lines, for its plot
 : >"$LAST"
 PFX="tdb$(printf '%04x' $(($$ % 65536)))"
 HOSTS=(m p0 t0 t1)
-cleanup() {
-  kill_started
-  remove_hosts
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-rm -rf "$OUT/keys"
-"$ROOT/scripts/make_job_keys.sh" "$OUT/keys" >/dev/null || exit 1
+bench_job_setup "$OUT/keys" || exit 1  # new keys for every run
 echo "delay_bench: W1 (async), $STEPS steps, $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # The hosts, the server's segment behind the hop (as in tests/cluster/netns_test.sh's lossy case).

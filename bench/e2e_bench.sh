@@ -96,7 +96,7 @@ json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
   PYTHONPATH="${TESSERA_BUILD_DIR:-$ROOT/build}/python" \
     "$ROOT/scripts/launch_local.sh" --ps "$ps" --trainers 2 --config "$cfg" --run_dir "$run" "${trainer[@]}" >/dev/null
-  # The servers' compute per trainer step and per looked-up id (to stderr:
+  # The servers' compute (their threads' CPU time) per trainer step and per looked-up id (to stderr:
   # stdout is the examples/s).
   python3 - "$run/summary.json" "$w" >&2 <<'PY'
 import json, sys

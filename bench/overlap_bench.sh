@@ -42,14 +42,7 @@ mkdir -p "$OUT"
 LAST="$OUT/last_results.jsonl"
 : >"$LAST"
 PFX="tob$(printf '%04x' $(($$ % 65536)))"
-cleanup() {
-  kill_started
-  remove_hosts
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-rm -rf "$OUT/keys"
-"$ROOT/scripts/make_job_keys.sh" "$OUT/keys" >/dev/null || exit 1
+bench_job_setup "$OUT/keys" || exit 1  # new keys for every run
 echo "overlap_bench: $WORKLOAD (sync), $STEPS steps, trainer links $RATE each way, $(nproc) CPUs," \
   "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 

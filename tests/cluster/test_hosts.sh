@@ -97,6 +97,16 @@ remove_hosts() {
   NAMESPACES=()
 }
 
+# bench_job_setup KEYS, for a bench that runs jobs on test hosts: when the
+# script exits (also after Ctrl-C), what it started is killed and its hosts
+# removed; the job gets new keys in KEYS.
+bench_job_setup() {
+  trap 'kill_started; remove_hosts' EXIT
+  trap 'exit 130' INT TERM
+  rm -rf "$1"
+  "$TESSERA_ROOT_DIR/scripts/make_job_keys.sh" "$1" >/dev/null
+}
+
 # wait_for FILE PATTERN SECONDS: whether PATTERN appeared in FILE in time.
 wait_for() {
   local deadline=$((SECONDS + $3))
