@@ -3,7 +3,7 @@
 # tests/gpu/run_device_checks.sh needs on a GPU machine that can reach no
 # package registry and has none of the dev packages (RocksDB, ZeroMQ, glog...):
 #
-#   bundle/bin/          the role binaries, tessera_compare_dumps, the GPU
+#   bundle/bin/          the role binaries, tessera_compare_dumps, tessera_export, the GPU
 #                        benchmark and the unit tests the device checks run
 #                        (every CUDA test, the GPU tier's, the CPU kernels'),
 #                        stripped
@@ -36,7 +36,7 @@ BUNDLED=(kernels_device_cuda_test kernels_embedding_bag_cuda_test kernels_dedup_
   kernels_sparse_optimizer_cuda_test kernels_dense_ops_cuda_test trainer_dlrm_model_cuda_test
   trainer_dense_optimizer_cuda_test trainer_collective_nccl_test ps_gpu_tier_test kernels_embedding_bag_test kernels_dedup_test
   kernels_sparse_optimizer_test kernels_device_choice_test
-  tessera_master tessera_ps tessera_trainer tessera_compare_dumps tessera_gpu_bench)
+  tessera_master tessera_ps tessera_trainer tessera_compare_dumps tessera_export tessera_gpu_bench)
 TARGETS=("${BUNDLED[@]}")
 BUILD_IT=1
 CMAKE_ARGS=()
