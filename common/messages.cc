@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include <glog/logging.h>
 #include <nlohmann/json.hpp>
 
 #include "common/json_fields.h"
@@ -15,7 +16,16 @@ Message EncodeLookupRequest(const LookupMeta& meta, std::vector<LookupEntry>&& e
   m.AddStruct(meta);
   m.AddArray(std::move(entries));
   m.AddArray(std::move(lengths));
-  m.AddArray(std::move(ids));
+  if (meta.flags & kLookupIds32) {
+    std::vector<uint32_t> narrow(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      CHECK(ids[i] >= 0 && ids[i] <= int64_t{UINT32_MAX}) << "id " << ids[i] << " sent as uint32";
+      narrow[i] = static_cast<uint32_t>(ids[i]);
+    }
+    m.AddArray(std::move(narrow));
+  } else {
+    m.AddArray(std::move(ids));
+  }
   m.AddArray(std::move(weights));
   return m;
 }
@@ -27,7 +37,11 @@ StatusOr<LookupRequest> DecodeLookupRequest(Message&& m) {
   TESSERA_RETURN_IF_ERROR(ReadStruct(r.source, 0, "lookup meta", &r.meta));
   TESSERA_RETURN_IF_ERROR(r.entries.Read(r.source, 1, "lookup entries"));
   TESSERA_RETURN_IF_ERROR(r.lengths.Read(r.source, 2, "lengths"));
-  TESSERA_RETURN_IF_ERROR(r.ids.Read(r.source, 3, "ids"));
+  if (r.meta.flags & ~(kLookupNoContext | kLookupIds32)) {
+    return Status::InvalidArgument("lookup meta has unknown flags " + std::to_string(r.meta.flags));
+  }
+  TESSERA_RETURN_IF_ERROR(r.meta.flags & kLookupIds32 ? r.ids.ReadWidened<uint32_t>(r.source, 3, "ids")
+                                                      : r.ids.Read(r.source, 3, "ids"));
   TESSERA_RETURN_IF_ERROR(r.weights.Read(r.source, 4, "weights"));
 
   uint64_t bags = 0, ids = 0, weighted_ids = 0;

@@ -5,6 +5,9 @@
 //
 //   LookupRequest  := Header(op=LOOKUP) LookupMeta Entries Lengths Ids Weights
 //     LookupMeta   := trainer:u32 flags:u32 step:u64
+//                     flags: bit 0 no_context (an inference lookup), bit 1
+//                     ids32 (Ids is uint32[]: every table of the job has at
+//                     most 2^32 rows, which halves the ids' bytes)
 //     Entries      := LookupEntry[n]
 //     LookupEntry  := shard:u32 num_bags:u32 num_ids:u32 flags:u32
 //                     flags: bit 0 weighted (the entry has per-id weights),
@@ -18,6 +21,7 @@
 //                     once; num_bags 0, not weighted, not sum_partial)
 //     Lengths      := int32[sum num_bags]       ids per bag, entry after entry
 //     Ids          := int64[sum num_ids]        row ids in the table's id space
+//                     (uint32[sum num_ids] with ids32)
 //     Weights      := float32[sum num_ids of weighted entries]
 //   LookupResponse := Header Values
 //     Values       := float32[sum over entries but context_only ones of
@@ -60,11 +64,14 @@ namespace tessera {
 
 struct LookupMeta {
   uint32_t trainer = 0;
-  uint32_t flags = 0;  // kLookupNoContext
+  uint32_t flags = 0;  // kLookupNoContext, kLookupIds32
   uint64_t step = 0;
 };
 // An inference lookup: no backward context is opened (evaluation).
 inline constexpr uint32_t kLookupNoContext = 1;
+// The ids travel as uint32 (decoded back to int64). A quarter of a pooled
+// lookup step's bytes were its 8-byte ids; few tables have 2^32 rows.
+inline constexpr uint32_t kLookupIds32 = 2;
 static_assert(sizeof(LookupMeta) == 16);
 
 inline constexpr uint32_t kEntryWeighted = 1;
@@ -106,7 +113,8 @@ struct PushEntry {
 };
 static_assert(sizeof(PushEntry) == 16);
 
-// A decoded lookup. The spans point into `source`'s frames.
+// A decoded lookup. The spans point into `source`'s frames (ids sent as
+// uint32 are widened into a copy).
 struct LookupRequest {
   Message source;
   LookupMeta meta;
@@ -116,10 +124,12 @@ struct LookupRequest {
   ArrayFrame<float> weights;
 };
 
+// With kLookupIds32 in meta.flags every id must be in [0, 2^32) (CHECKed:
+// the sender sets it only for a job whose tables all fit).
 Message EncodeLookupRequest(const LookupMeta& meta, std::vector<LookupEntry>&& entries,
                             std::vector<int32_t>&& lengths, std::vector<int64_t>&& ids,
                             std::vector<float>&& weights);
-// Checks: 5 frames; sum of num_bags == lengths; lengths >= 0 and each entry's
+// Checks: 5 frames; no unknown meta flags; sum of num_bags == lengths; lengths >= 0 and each entry's
 // lengths sum to its num_ids (a rows entry: no bags, no weights, not
 // sum_partial); sum of num_ids == ids; weights match.
 StatusOr<LookupRequest> DecodeLookupRequest(Message&& m);

@@ -84,6 +84,42 @@ TEST(MessagesTest, LookupRoundTrip) {
   EXPECT_EQ(moved.ids[0], 10);
 }
 
+TEST(MessagesTest, LookupIds32RoundTripsInHalfTheBytes) {
+  const std::vector<int64_t> ids = {0, 11, 4'294'967'295, 7, 8};
+  Message wide = EncodeLookupRequest(LookupMeta{3, 0, 42}, {{5, 2, 3, 0}, {9, 1, 2, kEntryWeighted}}, {1, 2, 2},
+                                     std::vector<int64_t>(ids), {0.5f, 2.0f});
+  Message narrow = EncodeLookupRequest(LookupMeta{3, kLookupIds32 | kLookupNoContext, 42},
+                                       {{5, 2, 3, 0}, {9, 1, 2, kEntryWeighted}}, {1, 2, 2},
+                                       std::vector<int64_t>(ids), {0.5f, 2.0f});
+  EXPECT_EQ(wide.frames[3].size(), 40u);
+  EXPECT_EQ(narrow.frames[3].size(), 20u);
+  auto r = DecodeLookupRequest(Transmit(narrow));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->meta.flags, kLookupIds32 | kLookupNoContext);
+  ASSERT_EQ(r->ids.size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(r->ids[i], ids[i]) << i;
+  // The widened ids live in the request: moved twice, they stay valid.
+  LookupRequest moved = std::move(r).value();
+  LookupRequest again;
+  again = std::move(moved);
+  EXPECT_EQ(again.ids[2], 4'294'967'295);
+  // Counted as uint32: an ids frame of 8-byte ids is 2x too long.
+  Message mislabeled = Transmit(wide);
+  LookupMeta meta{3, kLookupIds32, 42};
+  mislabeled.frames[0] = zmq::message_t(&meta, sizeof(meta));
+  EXPECT_NE(DecodeLookupRequest(std::move(mislabeled)).status().message().find("announce 5 ids but 10"),
+            std::string::npos);
+}
+
+TEST(MessagesTest, LookupUnknownMetaFlagsRefused) {
+  Message m = Transmit(SampleLookup());
+  LookupMeta meta{3, 4, 42};
+  m.frames[0] = zmq::message_t(&meta, sizeof(meta));
+  auto r = DecodeLookupRequest(std::move(m));
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("unknown flags 4"), std::string::npos) << r.status();
+}
+
 TEST(MessagesTest, LookupWrongFrameCount) {
   Message m = Transmit(SampleLookup());
   m.frames.pop_back();

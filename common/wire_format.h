@@ -131,6 +131,22 @@ Status DecodeMessage(std::vector<zmq::message_t>&& parts, size_t first, Message*
 template <typename T>
 class ArrayFrame {
  public:
+  ArrayFrame() = default;
+  // A copy views its own copy_ (a moved vector keeps its buffer: the default
+  // moves are right).
+  ArrayFrame(const ArrayFrame& o) : span_(o.span_), copy_(o.copy_) {
+    if (!copy_.empty()) span_ = std::span<const T>(copy_);
+  }
+  ArrayFrame& operator=(const ArrayFrame& o) {
+    if (this != &o) {
+      copy_ = o.copy_;
+      span_ = copy_.empty() ? o.span_ : std::span<const T>(copy_);
+    }
+    return *this;
+  }
+  ArrayFrame(ArrayFrame&&) noexcept = default;
+  ArrayFrame& operator=(ArrayFrame&&) noexcept = default;
+
   std::span<const T> span() const { return span_; }
   size_t size() const { return span_.size(); }
   const T* data() const { return span_.data(); }
@@ -139,6 +155,11 @@ class ArrayFrame {
   // Reads frame `index` of `m` as an array of T; the frame's length must be a
   // multiple of sizeof(T). `what` names the field in errors.
   Status Read(const Message& m, size_t index, const char* what);
+
+  // Reads frame `index` as an array of Narrow (a narrower encoding of T on
+  // the wire) and keeps it widened to T.
+  template <typename Narrow>
+  Status ReadWidened(const Message& m, size_t index, const char* what);
 
  private:
   std::span<const T> span_;
@@ -194,6 +215,16 @@ Status ArrayFrame<T>::Read(const Message& m, size_t index, const char* what) {
     std::memcpy(copy_.data(), p, f.size());
     span_ = std::span<const T>(copy_);
   }
+  return Status::OK();
+}
+
+template <typename T>
+template <typename Narrow>
+Status ArrayFrame<T>::ReadWidened(const Message& m, size_t index, const char* what) {
+  ArrayFrame<Narrow> narrow;
+  TESSERA_RETURN_IF_ERROR(narrow.Read(m, index, what));
+  copy_.assign(narrow.span().begin(), narrow.span().end());
+  span_ = std::span<const T>(copy_);
   return Status::OK();
 }
 

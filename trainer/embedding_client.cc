@@ -10,6 +10,9 @@ namespace tessera {
 EmbeddingClient::EmbeddingClient(const EmbeddingClientOptions& options, const JobConfig& job, const ShardingPlan& plan,
                                  RpcClient* client, std::vector<int> ps_peers)
     : options_(options), job_(job), plan_(plan), client_(client), ps_peers_(std::move(ps_peers)) {
+  const bool fit = std::all_of(job_.tables.begin(), job_.tables.end(),
+                               [](const TableConfig& t) { return t.num_embeddings <= int64_t{1} << 32; });
+  id_bytes_ = fit ? 4 : 8;
   BuildRoutes();
 }
 
@@ -149,7 +152,7 @@ void EmbeddingClient::AddPooledEntry(const ShardSpec* shard, uint32_t flags, ker
   // distinct id.
   const int64_t row_bytes = 2 * static_cast<int64_t>(sizeof(float)) * shard->num_cols;
   const int64_t pooled_bytes =
-      n * 8 + bags * 4 + (weights.empty() ? 0 : n * 4) + route.out_rows * row_bytes;
+      n * id_bytes_ + bags * 4 + (weights.empty() ? 0 : n * 4) + route.out_rows * row_bytes;
   size_t max_unique = 0;
   switch (options_.row_replies) {
     case RowReplies::kNever:
@@ -158,7 +161,7 @@ void EmbeddingClient::AddPooledEntry(const ShardSpec* shard, uint32_t flags, ker
       max_unique = ids.size();
       break;
     case RowReplies::kAuto:
-      max_unique = pooled_bytes > 0 ? static_cast<size_t>((pooled_bytes - 1) / (8 + row_bytes)) : 0;
+      max_unique = pooled_bytes > 0 ? static_cast<size_t>((pooled_bytes - 1) / (id_bytes_ + row_bytes)) : 0;
       break;
   }
   if (options_.row_replies == RowReplies::kNever ||
@@ -243,11 +246,16 @@ Status EmbeddingClient::SendLookup(const KeyedJaggedTensor& kjt, LookupState* ou
     for (const EntryRoute& r : req.routes) {
       if (!r.backup) st.expected[p] += r.wire_rows() * r.shard->num_cols;
     }
-    st.bytes_sent += req.entries.size() * sizeof(LookupEntry) + req.ids.size() * 8 + req.lengths.size() * 4 +
-                     req.weights.size() * 4;
+    // Ids outside [0, 2^32) (a caller's bad input) go as int64, for the
+    // server to refuse with its error.
+    const bool ids32 = id_bytes_ == 4 && std::all_of(req.ids.begin(), req.ids.end(), [](int64_t id) {
+                         return id >= 0 && id <= int64_t{UINT32_MAX};
+                       });
+    st.bytes_sent += req.entries.size() * sizeof(LookupEntry) + req.ids.size() * (ids32 ? 4 : 8) +
+                     req.lengths.size() * 4 + req.weights.size() * 4;
     st.bytes_received += static_cast<int64_t>(st.expected[p] * sizeof(float));
     st.routes[p] = std::move(req.routes);
-    LookupMeta meta{options_.trainer, st.inference ? kLookupNoContext : 0u, st.step};
+    LookupMeta meta{options_.trainer, (st.inference ? kLookupNoContext : 0u) | (ids32 ? kLookupIds32 : 0u), st.step};
     Message m = EncodeLookupRequest(meta, std::move(req.entries), std::move(req.lengths), std::move(req.ids),
                                     std::move(req.weights));
     m.header.plan_version = plan_.version;

@@ -97,6 +97,9 @@ class EmbeddingClient {
   // Bytes the last Lookup() moved: sent (entries, lengths, ids, weights) and
   // received (pooled or unpooled rows), over all servers.
   int64_t last_lookup_bytes() const { return last_lookup_bytes_; }
+  // Bytes of an id in a lookup request: 4 when every table has at most 2^32
+  // rows (kLookupIds32), else 8.
+  int64_t id_bytes() const { return id_bytes_; }
   int64_t last_reply_bytes() const { return last_reply_bytes_; }
   // Bytes the last push sent (entries and gradients), over all servers.
   int64_t last_push_bytes() const { return last_push_bytes_; }
@@ -177,6 +180,9 @@ class EmbeddingClient {
 
   EmbeddingClientOptions options_;
   JobConfig job_;
+  // Bytes of an id on the wire: 4 (kLookupIds32) when every table has at
+  // most 2^32 rows, else 8.
+  int64_t id_bytes_ = 8;
   ShardingPlan plan_;
   RpcClient* client_;
   std::vector<int> ps_peers_;

@@ -80,6 +80,10 @@ void WriteMessages(SeedWriter* w) {
   w->Write("fuzz_lookup_request", "two_entries", JoinFrames(lookup().frames));
   w->Write("fuzz_lookup_request", "empty",
            JoinFrames(EncodeLookupRequest(LookupMeta{0, kLookupNoContext, 0}, {}, {}, {}, {}).frames));
+  w->Write("fuzz_lookup_request", "ids32",
+           JoinFrames(EncodeLookupRequest(LookupMeta{1, kLookupIds32, 7}, {{0, 2, 3, 0}}, {1, 2}, {4, 5, 4294967295},
+                                          {})
+                          .frames));
   w->Write("fuzz_lookup_request", "context_only",
            JoinFrames(EncodeLookupRequest(LookupMeta{2, 0, 9}, {{1, 1, 1, kEntryContextOnly}}, {1}, {3}, {}).frames));
   Message bad = lookup();

@@ -234,5 +234,50 @@ INSTANTIATE_TEST_SUITE_P(
     }()),
     [](const auto& info) { return info.param.sharding + "_" + info.param.pooling; });
 
+// Ids travel as uint32 when every table fits (kLookupIds32): half the ids'
+// bytes. An id no uint32 holds (a caller's bad input) goes as int64 instead,
+// and the server refuses it with its error: nothing crashes, and the next
+// lookup works.
+TEST(LookupIdsTest, IdsGoAsUint32AndIdsPastItAreRefusedByTheServer) {
+  JobConfig job;
+  job.cluster = {2, 1};
+  TableConfig t;
+  t.name = "t";
+  t.num_embeddings = 1000;
+  t.embedding_dim = 4;
+  t.feature_names = {"f"};
+  t.sharding_type = "table_wise";
+  job.tables = {t};
+  auto plan = PlanSharding(job, PlannerOptions::Uniform(2));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  LoopbackJob loopback(job, *plan, RowReplies::kNever);
+  KeyedJaggedTensor kjt;
+  kjt.keys = {"f"};
+  kjt.batch_size = 2;
+  kjt.lengths = {3, 2};
+  kjt.values = {1, 2, 3, 999, 0};
+  FeatureOutputs out;
+  ASSERT_TRUE(loopback.embeddings->Lookup(0, kjt, /*inference=*/true, &out).ok());
+  // One entry of 16 bytes, 2 lengths, 5 ids of 4 bytes.
+  EXPECT_EQ(loopback.embeddings->last_lookup_bytes(), 16 + 2 * 4 + 5 * 4);
+  for (int64_t bad : {int64_t{1} << 33, int64_t{-1}, int64_t{1000}}) {
+    kjt.values[3] = bad;
+    Status st = loopback.embeddings->Lookup(0, kjt, /*inference=*/true, &out);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.message().find(std::to_string(bad)), std::string::npos) << st;
+  }
+  kjt.values[3] = 999;
+  EXPECT_TRUE(loopback.embeddings->Lookup(0, kjt, /*inference=*/true, &out).ok());
+
+  // A table of more than 2^32 rows (never created: only the client's
+  // encoding is looked at) sends 8-byte ids.
+  JobConfig big = job;
+  big.tables[0].num_embeddings = (int64_t{1} << 32) + 1;
+  EmbeddingClient wide(EmbeddingClientOptions{0, std::chrono::milliseconds(100)}, big, *plan,
+                       loopback.client.get(), {});
+  EXPECT_EQ(wide.id_bytes(), 8);
+  EXPECT_EQ(loopback.embeddings->id_bytes(), 4);
+}
+
 }  // namespace
 }  // namespace tessera
