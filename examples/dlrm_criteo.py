@@ -15,16 +15,27 @@ split of each step among trainers), starts from the C++ trainer's initial
 weights, sums the dense gradients over trainers with DDP (Gloo), and trainer
 0 evaluates on the dev split at the end (log loss and AUC, in the master's
 summary as a C++ job's are).
+
+Checkpoints keep the dense model and its optimizer (save_state), a resumed
+job starts from them, and so does a job that rolls back: when a server or a
+trainer is lost, the session raises, session.follow_rollback() joins the
+job's new generation, and the loop restores the model from that checkpoint,
+builds its process group again (a peer may be gone, or stuck in a collective
+this trainer left) and trains from the checkpoint's step.
 """
 
 import argparse
 import ctypes
 import ctypes.util
+import datetime
 import faulthandler
+import gc
+import io
 import json
 import os
 import signal
 import time
+import urllib.parse
 
 import numpy as np
 import torch
@@ -129,20 +140,78 @@ def evaluate(ebc, model, data):
     return {"examples": int(len(labels)), "log_loss": log_loss, "auc": roc_auc(logits, labels)}
 
 
-def train(session, rank, world, dist_init=None, metrics_file=None, log=print):
+class DenseState:
+    """The dense model and its optimizer as checkpoint bytes (the session's
+    save_state) and back."""
+
+    def __init__(self):
+        self.model = None
+        self.opt = None
+
+    def save(self):
+        if self.model is None:
+            return b""
+        buf = io.BytesIO()
+        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict()}, buf)
+        return buf.getvalue()
+
+    def restore(self, state, initial):
+        """From a checkpoint's bytes; b'' (none taken yet): the initial weights."""
+        if state:
+            saved = torch.load(io.BytesIO(state))
+            self.model.load_state_dict(saved["model"])
+            self.opt.load_state_dict(saved["opt"])
+        else:
+            self.model.load_tessera_params(initial)
+            self.opt.state.clear()
+
+
+class ProcessGroup:
+    """The trainers' torch.distributed group, built again for every
+    generation of the job: after a rollback a peer may be new, or still
+    waiting in a collective of the old group (which fails once this side
+    leaves it). One store serves every generation, under its own prefix."""
+
+    def __init__(self, dist_init, rank, world):
+        url = urllib.parse.urlparse(dist_init)
+        if url.scheme != "tcp" or not url.hostname or not url.port:
+            raise ValueError(f"--dist_init must be tcp://HOST:PORT, not {dist_init!r}")
+        self.store = dist.TCPStore(url.hostname, url.port, world, rank == 0, timeout=datetime.timedelta(seconds=300))
+        self.rank, self.world = rank, world
+
+    def join(self, generation, timeout_s):
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        # The old group's sockets close only once nothing holds it (the caller dropped its DDP): a peer stuck
+        # in one of its collectives then fails at once instead of at the timeout.
+        gc.collect()
+        dist.init_process_group("gloo", store=dist.PrefixStore(f"generation-{generation}", self.store),
+                                rank=self.rank, world_size=self.world, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def train(session, rank, world, dist_init=None, metrics_file=None, log=print, dense_state=None):
     job = session.job
     training = job["training"]
     ebc = tt.EmbeddingBagCollection(session)
     model = DenseDLRM(job["model"], session.dims)
-    model.load_tessera_params(tessera.dlrm_initial_params(job, session.dims))
+    initial = tessera.dlrm_initial_params(job, session.dims)
     opt_config = training.get("dense_optimizer", {"type": "sgd", "lr": 0.1})
     if opt_config["type"] != "sgd":
         raise ValueError(f"this example trains with the dense optimizer 'sgd', not {opt_config['type']!r}")
-    dense = model
-    if world > 1:
-        dist.init_process_group("gloo", init_method=dist_init, rank=rank, world_size=world)
-        dense = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=opt_config["lr"])
+    state = dense_state or DenseState()
+    state.model, state.opt = model, opt
+    state.restore(session.start_state, initial)
+    group = ProcessGroup(dist_init, rank, world) if world > 1 else None
+
+    def dense_of_generation():
+        if group is None:
+            return model
+        # Collectives time out as the C++ trainers' Gloo does (runtime.collective_timeout_ms).
+        group.join(session.generation, job.get("runtime", {}).get("collective_timeout_ms", 120000) / 1000.0)
+        return torch.nn.parallel.DistributedDataParallel(model)
+
+    dense = dense_of_generation()
 
     data = tessera.Data(job, "train")
     batch = training["batch_size"]
@@ -153,21 +222,40 @@ def train(session, rank, world, dist_init=None, metrics_file=None, log=print):
     prefetch = training.get("prefetch", False)
     start = time.time()
     b = None
-    for step in range(session.start_step, total):
-        t0 = time.time()
-        share = tessera.share_of_step(step, rank, world, batch, data.num_examples)
-        if b is None:
-            b = data.read(share["begin"], share["count"])
-        pooled = ebc(kjt_of(b)).values()
-        following = None
-        if prefetch and step + 1 < total:
-            nxt = tessera.share_of_step(step + 1, rank, world, batch, data.num_examples)
-            following = data.read(nxt["begin"], nxt["count"])
-            ebc.prefetch(kjt_of(following))
-        logits = dense(torch.from_numpy(b["dense"]), pooled)
-        loss_sum = F.binary_cross_entropy_with_logits(logits, torch.from_numpy(b["labels"]), reduction="sum")
-        opt.zero_grad()
-        (loss_sum / share["global_count"]).backward()  # the embeddings' gradients go to the servers here
+    step = session.start_step
+    while step < total:
+        rollback = None
+        try:
+            t0 = time.time()
+            share = tessera.share_of_step(step, rank, world, batch, data.num_examples)
+            if b is None:
+                b = data.read(share["begin"], share["count"])
+            pooled = ebc(kjt_of(b)).values()
+            following = None
+            if prefetch and step + 1 < total:
+                nxt = tessera.share_of_step(step + 1, rank, world, batch, data.num_examples)
+                following = data.read(nxt["begin"], nxt["count"])
+                ebc.prefetch(kjt_of(following))
+            logits = dense(torch.from_numpy(b["dense"]), pooled)
+            loss_sum = F.binary_cross_entropy_with_logits(logits, torch.from_numpy(b["labels"]), reduction="sum")
+            opt.zero_grad()
+            (loss_sum / share["global_count"]).backward()  # the embeddings' gradients go to the servers here
+        except RuntimeError as e:
+            # A tessera.TesseraError (a lost server or trainer), or the collective a peer left when it rolled
+            # back. Raised again unless the job rolls back.
+            rollback = session.follow_rollback()
+            if rollback is None:
+                raise
+            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if rollback is not None:
+            # Out of the except block: its traceback held the old DDP, and with it the old group.
+            log(f"trainer {rank}: the job rolled back to step {rollback['step']} "
+                f"(generation {rollback['generation']}) after {why}")
+            dense = pooled = logits = loss_sum = None
+            state.restore(rollback["state"], initial)
+            dense = dense_of_generation()
+            step, b = rollback["step"], None
+            continue
         if world > 1:
             # Each trainer's loss is already divided by the whole global batch (as the C++ trainers do), so the
             # dense gradients are to be summed over trainers; DDP averaged them. (Exact for a power-of-two world.
@@ -181,10 +269,11 @@ def train(session, rank, world, dist_init=None, metrics_file=None, log=print):
             step_s = time.time() - t0
             metrics.write(json.dumps({"step": step, "epoch": share["epoch"], "loss": float(loss_sum) / max(n, 1),
                                       "examples": n, "examples_per_s": n / step_s if step_s > 0 else 0.0,
-                                      "step_ms": step_s * 1e3}) + "\n")
+                                      "step_ms": step_s * 1e3, "generation": session.generation}) + "\n")
         if (step + 1) % training.get("log_every", 100) == 0 or step + 1 == total:
             log(f"trainer {rank} step {step + 1}/{total} loss {float(loss_sum) / max(n, 1):.5f}")
         b = following
+        step += 1
     seconds = time.time() - start
     if metrics:
         metrics.close()
@@ -226,12 +315,14 @@ def main():
     # (a sixth of this 2-core machine in W1, by perf).
     tessera.set_blas_threads(args.blas_threads)
     keep_freed_memory()
+    dense_state = DenseState()
     with tessera.init(master=args.master, rank=args.rank, world=args.world, keys=args.keys,
                       insecure=args.insecure, metrics_port=args.metrics_port,
-                      metrics_address=args.metrics_address) as session:
+                      metrics_address=args.metrics_address, save_state=dense_state.save) as session:
         if session.metrics_url:
             print(f"trainer {args.rank}: metrics at {session.metrics_url}", flush=True)
-        result, _ = train(session, args.rank, args.world, args.dist_init, args.metrics_file)
+        result, _ = train(session, args.rank, args.world, args.dist_init, args.metrics_file,
+                          dense_state=dense_state)
         session.finish(eval=result.get("eval"))
 
 

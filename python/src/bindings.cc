@@ -157,6 +157,23 @@ class PySession {
     Check(st);
   }
 
+  // None when the job does not roll back; else where it went back to.
+  py::object FollowRollback() {
+    bool followed = false;
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = session_->FollowRollback(&followed);
+    }
+    Check(st);
+    if (!followed) return py::none();
+    py::dict d;
+    d["step"] = session_->step();
+    d["state"] = py::bytes(session_->start_state());
+    d["generation"] = session_->generation();
+    return d;
+  }
+
   TrainerSession& session() { return *session_; }
 
  private:
@@ -235,6 +252,13 @@ PYBIND11_MODULE(_tessera, m) {
             return url.empty() ? py::object(py::none()) : py::object(py::str(url));
           },
           "http://ADDRESS:PORT/metrics, served until the session is deleted; None when metrics_port was None")
+      .def("follow_rollback", &PySession::FollowRollback,
+           "After an error (from this session, or the trainers' own collective): if the job rolls back (a lost "
+           "server or trainer), waits for its new generation and joins it, returning {'step', 'state', "
+           "'generation'}: train again from 'step' after restoring the model from 'state' (what save_state gave at "
+           "that checkpoint; b'' before the first one: the model's initial values). None when the job does not "
+           "roll back and nothing broke the session (the error was the caller's own); raises the session's error "
+           "when something did")
       .def("finish", &PySession::Finish, py::arg("error") = "", py::arg("eval") = py::none(),
            "Waits for the last push and reports this trainer done to the master (with the evaluation's figures, "
            "e.g. {'auc': ..., 'log_loss': ...}, for its summary).")

@@ -70,12 +70,56 @@ Status TrainerSession::FollowServerChange(const Status& why) {
   if (!member_->AwaitNewGeneration(generation_)) return why;
   TESSERA_ASSIGN_OR_RETURN(TrainerMember::GenerationStart start, member_->NextGeneration(generation_));
   if (start.info.start_step != step_) {
-    return Status::Aborted("the job rolled back to step " + std::to_string(start.info.start_step) + " (at step " +
-                           std::to_string(step_) + "), which Python trainers do not follow yet: this trainer ends");
+    const int64_t at = step_;
+    TESSERA_RETURN_IF_ERROR(EnterAt(start));
+    rollback_entered_ = true;
+    return Status::Aborted("the job rolled back to step " + std::to_string(step_) + " (at step " +
+                           std::to_string(at) + "): session.follow_rollback() says so and gives its state");
   }
   TESSERA_RETURN_IF_ERROR(Enter(start));
   LOG(INFO) << "trainer " << member_->rank() << ": the servers changed at step " << step_ << "; generation "
             << generation_ << " goes on";
+  return Status::OK();
+}
+
+Status TrainerSession::EnterAt(const TrainerMember::GenerationStart& start) {
+  // Enter replaces the client: the old generation's calls in flight go
+  // with it.
+  TESSERA_RETURN_IF_ERROR(Enter(start));
+  start_step_ = step_ = start.info.start_step;
+  start_state_ = start.state_bytes;
+  push_owed_ = push_pending_ = prefetched_ = boundary_agreed_ = false;
+  prefetched_kjt_.Clear();
+  out_rows_.clear();
+  broken_ = Status::OK();
+  window_loss_ = 0;
+  window_examples_ = 0;
+  window_start_ = Clock::now();
+  LOG(WARNING) << "trainer " << member_->rank() << ": the job rolled back to step " << step_ << " (generation "
+               << generation_ << ")";
+  return Status::OK();
+}
+
+Status TrainerSession::FollowRollback(bool* followed) {
+  *followed = false;
+  if (finished_) return Status::FailedPrecondition("the session is finished");
+  if (rollback_entered_) {
+    rollback_entered_ = false;
+    broken_ = Status::OK();
+    *followed = true;
+    return Status::OK();
+  }
+  // A lost member is noticed by the master within its peer timeout, by the
+  // heartbeat here a beat later.
+  if (!member_->AwaitNewGeneration(generation_)) return broken_;
+  auto start = member_->NextGeneration(generation_);
+  if (!start.ok()) return Keep(start.status());
+  Status st = EnterAt(*start);
+  if (!st.ok()) {
+    broken_ = st;
+    return st;
+  }
+  *followed = true;
   return Status::OK();
 }
 
@@ -96,8 +140,7 @@ Status TrainerSession::Keep(Status st) {
       return st;  // refused before it changed anything
     default:
       if (member_->stop_training()->load() && st.code() == StatusCode::kCancelled) {
-        st = Status(st.code(), st.message() + "; the job rolls back, which Python trainers do not follow yet: this "
-                                              "trainer ends");
+        st = Status(st.code(), st.message() + "; the job rolls back: session.follow_rollback() follows it");
       }
       if (broken_.ok()) broken_ = st;
       return st;
@@ -163,8 +206,8 @@ Status TrainerSession::Lookup(const KeyedJaggedTensor& kjt, bool inference, Feat
   if (member_->stop_training()->load()) {
     Status why = member_->fatal();
     if (why.ok()) {
-      why = Status::Aborted("the job moved to a new generation (a lost member); it rolls back, which Python "
-                            "trainers do not follow yet: this trainer ends");
+      why = Status::Aborted("the job moved to a new generation (a lost member); it rolls back: "
+                            "session.follow_rollback() follows it");
     }
     return Keep(why);
   }

@@ -101,6 +101,17 @@ class TrainerSession {
   // The metrics endpoint's URL, or "" when metrics_port was -1.
   std::string metrics_url() const { return metrics_->url(); }
 
+  // After an error (a lookup, push or the user's own collective failed):
+  // whether the job rolls back, and if so joining it. Waits for the master's
+  // next generation (a lost server or trainer: up to the master's peer
+  // timeout) and enters it: *followed is then true, and the session stands
+  // at that generation's start step (the checkpoint's; step()), with
+  // start_state() the trainers' state saved there, from which the caller
+  // restores its model before training from step() again. Without a new
+  // generation: *followed false, and the error that broke the session (OK
+  // when nothing did: the caller's error was its own).
+  Status FollowRollback(bool* followed);
+
   // Ends this trainer's part of the job: waits for the last push and
   // reports to the master (with `error` when not empty, and `eval`, the
   // evaluation's figures, when not null: the master's summary shows them).
@@ -115,8 +126,12 @@ class TrainerSession {
   // Takes the generation `start` begins: its job, plan and servers.
   Status Enter(const TrainerMember::GenerationStart& start);
   // After a barrier at which the servers changed (`why`): joins the next
-  // generation, which must start at this step (no rollback).
+  // generation. One that starts at an earlier step is a rollback: entered,
+  // and reported as an error until FollowRollback.
   Status FollowServerChange(const Status& why);
+  // Enters `start`, a generation that may begin at an earlier step: what the
+  // old one had in flight is dropped, the steps count from its start.
+  Status EnterAt(const TrainerMember::GenerationStart& start);
   // Waits for the push of the last training step, which finishes it.
   Status CompleteStep();
   // Whether the next training step starts at a boundary (below).
@@ -145,6 +160,9 @@ class TrainerSession {
   KeyedJaggedTensor prefetched_kjt_;
   bool finished_ = false;
   Status broken_;
+  // A barrier found the job rolled back and entered the new generation;
+  // FollowRollback reports it.
+  bool rollback_entered_ = false;
   // Progress for the master and the final report.
   int64_t steps_ = 0;
   int64_t examples_ = 0;

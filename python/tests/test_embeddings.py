@@ -451,7 +451,9 @@ def run_two_python_trainers(job, tmp, during=None):
             try:
                 code = p.wait(timeout=120)
             except subprocess.TimeoutExpired:
-                p.send_signal(signal.SIGUSR1)  # the example dumps its Python stacks (faulthandler)
+                for q in procs:  # the example dumps its Python stacks (faulthandler)
+                    if q.poll() is None:
+                        q.send_signal(signal.SIGUSR1)
                 time.sleep(1)
                 code = "hung"
             assert code == 0, (tmp / f"trainer{r}.log").read_text(errors="replace")[-6000:]
@@ -495,5 +497,66 @@ def test_two_python_trainers_follow_a_server_added_mid_job_bit_for_bit(tmp_path,
     compare = subprocess.run([str(BUILD / "tests" / "tessera_compare_dumps"), "--config",
                               str(tmp_path / "job.json"), "--a", str(runs["undisturbed"][0] / "dump"),
                               "--b", str(runs["added"][0] / "dump"), "--tolerance", "0"],
+                             capture_output=True, text=True)
+    assert compare.returncode == 0, compare.stdout + compare.stderr
+
+
+@pytest.mark.parametrize("consistency", ["sync", "async"])
+def test_two_python_trainers_follow_a_rollback_after_a_lost_server(tmp_path, local_job, consistency):
+    """A server killed (-9) at a seeded step after the first checkpoint: the
+    master rolls the job back to that checkpoint on the other server; both
+    PyTorch trainers (DDP) follow it (session.follow_rollback: the dense model
+    restored from the checkpoint, the process group built again) and train
+    every step to the end. A sync job ends with the tables and losses of an
+    undisturbed run, bit for bit (an async one has no single such run)."""
+    import random
+    seed = int(os.environ.get("TESSERA_TEST_SEED", "20261204"))
+    kill_after = random.Random(seed).randint(70, 140)
+    print(f"seed {seed}: the server is killed after step {kill_after}")
+    config = dlrm_job("python_ddp_lost_ps", steps=300)
+    config["training"]["consistency"] = consistency
+    config["runtime"] = {"heartbeat_ms": 100, "peer_timeout_ms": 3000, "connection_loss_ms": 500,
+                         "rpc_timeout_ms": 10000, "collective_timeout_ms": 30000}
+    runs = {}
+    for name in ("undisturbed", "killed"):
+        d = tmp_path / name
+        d.mkdir()
+        config["checkpoint"] = {"dir": str(d / "ckpt"), "every_steps": 50, "keep": 2}
+        (d / "job.json").write_text(json.dumps(config))
+        job = local_job(config, num_ps=2, num_trainers=2, master_flags=["--dump_dir", str(d / "dump")])
+
+        def kill_a_server(metrics):
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                if metrics.exists() and len(metrics.read_text().splitlines()) > kill_after:
+                    job.servers[1].kill()
+                    return
+                time.sleep(0.02)
+            raise AssertionError(f"trainer 0 never passed step {kill_after}")
+
+        run_two_python_trainers(job, d, kill_a_server if name == "killed" else None)
+        assert job.wait_master() == 0, job.log("master")
+        runs[name] = (d, (job.tmp / "master.log").read_text(errors="replace"))
+    master_log = runs["killed"][1]
+    assert "rolling back to step" in master_log, master_log[-3000:]
+    assert "rolling back" not in runs["undisturbed"][1]
+    for r in range(2):
+        log = (runs["killed"][0] / f"trainer{r}.log").read_text(errors="replace")
+        assert "the job rolled back to step" in log, log[-3000:]
+        # The last record of every step (steps after the checkpoint ran twice) equals the undisturbed run's.
+        a = [json.loads(l) for l in (runs["undisturbed"][0] / f"trainer{r}.jsonl").read_text().splitlines()]
+        b = {}
+        lines = [json.loads(l) for l in (runs["killed"][0] / f"trainer{r}.jsonl").read_text().splitlines()]
+        for rec in lines:
+            b[rec["step"]] = rec["loss"]
+        assert len(lines) > len(a), f"trainer {r}: no step ran twice"
+        assert sorted(b) == [x["step"] for x in a]
+        if consistency == "sync":
+            assert [x["loss"] for x in a] == [b[x["step"]] for x in a], f"trainer {r}: losses differ"
+    if consistency != "sync":
+        return
+    compare = subprocess.run([str(BUILD / "tests" / "tessera_compare_dumps"), "--config",
+                              str(runs["undisturbed"][0] / "job.json"), "--a", str(runs["undisturbed"][0] / "dump"),
+                              "--b", str(runs["killed"][0] / "dump"), "--tolerance", "0"],
                              capture_output=True, text=True)
     assert compare.returncode == 0, compare.stdout + compare.stderr
