@@ -56,7 +56,10 @@ for w in $WORKLOADS; do
   p=$(echo "${plain[*]}" | median)
   ratio=$(python3 -c "print('%.3f' % ($c / $p))")
   printf '%-4s %-6s %10s %10s %7s   %s | %s\n' "$w" "$MODE" "$c" "$p" "$ratio" "${curve[*]}" "${plain[*]}"
-  echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$MODE\", \"steps\": $STEPS, \"curve\": [${curve[*]// /, }], \"plain\": [${plain[*]// /, }], \"ratio\": $ratio}" | tee -a "$LAST" >>"$OUT/results.jsonl"
+  # ${a[*]// /, } would edit each element, not the joined list: join with IFS.
+  curve_list=$(IFS=,; echo "${curve[*]}")
+  plain_list=$(IFS=,; echo "${plain[*]}")
+  echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$MODE\", \"steps\": $STEPS, \"curve\": [$curve_list], \"plain\": [$plain_list], \"ratio\": $ratio}" | tee -a "$LAST" >>"$OUT/results.jsonl"
 done
 
 # The picture (Debian's python3-matplotlib; said when missing), drawn as
