@@ -170,14 +170,21 @@ class ProcessGroup:
     """The trainers' torch.distributed group, built again for every
     generation of the job: after a rollback a peer may be new, or still
     waiting in a collective of the old group (which fails once this side
-    leaves it). One store serves every generation, under its own prefix."""
+    leaves it). Rank 0 serves the rendezvous store (a TCPStore at
+    --dist_init) for its whole life, each generation under its own prefix;
+    the other ranks connect to it anew each generation, so a rank 0 that was
+    lost and replaced serves them again."""
 
     def __init__(self, dist_init, rank, world):
         url = urllib.parse.urlparse(dist_init)
         if url.scheme != "tcp" or not url.hostname or not url.port:
             raise ValueError(f"--dist_init must be tcp://HOST:PORT, not {dist_init!r}")
-        self.store = dist.TCPStore(url.hostname, url.port, world, rank == 0, timeout=datetime.timedelta(seconds=300))
-        self.rank, self.world = rank, world
+        self.host, self.port, self.rank, self.world = url.hostname, url.port, rank, world
+        self.store = self._store() if rank == 0 else None
+
+    def _store(self):
+        return dist.TCPStore(self.host, self.port, None, self.rank == 0, timeout=datetime.timedelta(seconds=300),
+                             wait_for_workers=False)
 
     def join(self, generation, timeout_s):
         if dist.is_initialized():
@@ -185,6 +192,8 @@ class ProcessGroup:
         # The old group's sockets close only once nothing holds it (the caller dropped its DDP): a peer stuck
         # in one of its collectives then fails at once instead of at the timeout.
         gc.collect()
+        if self.rank != 0:
+            self.store = self._store()
         dist.init_process_group("gloo", store=dist.PrefixStore(f"generation-{generation}", self.store),
                                 rank=self.rank, world_size=self.world, timeout=datetime.timedelta(seconds=timeout_s))
 

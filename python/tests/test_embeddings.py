@@ -501,6 +501,49 @@ def test_two_python_trainers_follow_a_server_added_mid_job_bit_for_bit(tmp_path,
     assert compare.returncode == 0, compare.stdout + compare.stderr
 
 
+def seeded_kill_step(salt, what):
+    """A step in [70, 140] from TESSERA_TEST_SEED (and `salt`), printed."""
+    import random
+    seed = int(os.environ.get("TESSERA_TEST_SEED", "20261204"))
+    step = random.Random(seed * 2 + salt).randint(70, 140)
+    print(f"seed {seed}: {what} is killed after step {step}")
+    return step
+
+
+def checkpointed_job(local_job, config, d):
+    """`config` on 2 servers and 2 trainers in folder d: a checkpoint every
+    50 steps into d/ckpt, the shards and dense model dumped into d/dump."""
+    config["checkpoint"] = {"dir": str(d / "ckpt"), "every_steps": 50, "keep": 2}
+    (d / "job.json").write_text(json.dumps(config))
+    return local_job(config, num_ps=2, num_trainers=2, master_flags=["--dump_dir", str(d / "dump")])
+
+
+def last_loss_of_each_step(*metrics_files):
+    """{step: loss} of trainer metrics files, the last record of a step
+    winning (steps after a rollback's checkpoint run twice)."""
+    losses = {}
+    for f in metrics_files:
+        if f.exists():
+            for rec in map(json.loads, f.read_text().splitlines()):
+                losses[rec["step"]] = rec["loss"]
+    return losses
+
+
+def expect_same_run(undisturbed, disturbed, metrics_of_rank):
+    """Folders of two runs of one sync job: every step's loss of both
+    trainers, and the dumped tables and dense model, equal bit for bit.
+    metrics_of_rank(folder, r) lists trainer r's metrics files."""
+    for r in range(2):
+        a = last_loss_of_each_step(*metrics_of_rank(undisturbed, r))
+        b = last_loss_of_each_step(*metrics_of_rank(disturbed, r))
+        assert sorted(b) == sorted(a), f"trainer {r}: steps missing"
+        assert [a[k] for k in sorted(a)] == [b[k] for k in sorted(a)], f"trainer {r}: losses differ"
+    compare = subprocess.run([str(BUILD / "tests" / "tessera_compare_dumps"), "--config", str(undisturbed / "job.json"),
+                              "--a", str(undisturbed / "dump"), "--b", str(disturbed / "dump"), "--tolerance", "0"],
+                             capture_output=True, text=True)
+    assert compare.returncode == 0, compare.stdout + compare.stderr
+
+
 @pytest.mark.parametrize("consistency", ["sync", "async"])
 def test_two_python_trainers_follow_a_rollback_after_a_lost_server(tmp_path, local_job, consistency):
     """A server killed (-9) at a seeded step after the first checkpoint: the
@@ -509,10 +552,7 @@ def test_two_python_trainers_follow_a_rollback_after_a_lost_server(tmp_path, loc
     restored from the checkpoint, the process group built again) and train
     every step to the end. A sync job ends with the tables and losses of an
     undisturbed run, bit for bit (an async one has no single such run)."""
-    import random
-    seed = int(os.environ.get("TESSERA_TEST_SEED", "20261204"))
-    kill_after = random.Random(seed).randint(70, 140)
-    print(f"seed {seed}: the server is killed after step {kill_after}")
+    kill_after = seeded_kill_step(0, "server 1")
     config = dlrm_job("python_ddp_lost_ps", steps=300)
     config["training"]["consistency"] = consistency
     config["runtime"] = {"heartbeat_ms": 100, "peer_timeout_ms": 3000, "connection_loss_ms": 500,
@@ -521,9 +561,7 @@ def test_two_python_trainers_follow_a_rollback_after_a_lost_server(tmp_path, loc
     for name in ("undisturbed", "killed"):
         d = tmp_path / name
         d.mkdir()
-        config["checkpoint"] = {"dir": str(d / "ckpt"), "every_steps": 50, "keep": 2}
-        (d / "job.json").write_text(json.dumps(config))
-        job = local_job(config, num_ps=2, num_trainers=2, master_flags=["--dump_dir", str(d / "dump")])
+        job = checkpointed_job(local_job, config, d)
 
         def kill_a_server(metrics):
             deadline = time.time() + 60
@@ -537,26 +575,84 @@ def test_two_python_trainers_follow_a_rollback_after_a_lost_server(tmp_path, loc
         run_two_python_trainers(job, d, kill_a_server if name == "killed" else None)
         assert job.wait_master() == 0, job.log("master")
         runs[name] = (d, (job.tmp / "master.log").read_text(errors="replace"))
-    master_log = runs["killed"][1]
-    assert "rolling back to step" in master_log, master_log[-3000:]
+    assert "rolling back to step" in runs["killed"][1], runs["killed"][1][-3000:]
     assert "rolling back" not in runs["undisturbed"][1]
     for r in range(2):
         log = (runs["killed"][0] / f"trainer{r}.log").read_text(errors="replace")
         assert "the job rolled back to step" in log, log[-3000:]
-        # The last record of every step (steps after the checkpoint ran twice) equals the undisturbed run's.
-        a = [json.loads(l) for l in (runs["undisturbed"][0] / f"trainer{r}.jsonl").read_text().splitlines()]
-        b = {}
-        lines = [json.loads(l) for l in (runs["killed"][0] / f"trainer{r}.jsonl").read_text().splitlines()]
-        for rec in lines:
-            b[rec["step"]] = rec["loss"]
-        assert len(lines) > len(a), f"trainer {r}: no step ran twice"
-        assert sorted(b) == [x["step"] for x in a]
-        if consistency == "sync":
-            assert [x["loss"] for x in a] == [b[x["step"]] for x in a], f"trainer {r}: losses differ"
-    if consistency != "sync":
-        return
-    compare = subprocess.run([str(BUILD / "tests" / "tessera_compare_dumps"), "--config",
-                              str(runs["undisturbed"][0] / "job.json"), "--a", str(runs["undisturbed"][0] / "dump"),
-                              "--b", str(runs["killed"][0] / "dump"), "--tolerance", "0"],
-                             capture_output=True, text=True)
-    assert compare.returncode == 0, compare.stdout + compare.stderr
+        lines = (runs["killed"][0] / f"trainer{r}.jsonl").read_text().splitlines()
+        steps = len((runs["undisturbed"][0] / f"trainer{r}.jsonl").read_text().splitlines())
+        assert len(lines) > steps, f"trainer {r}: no step ran twice"
+        assert sorted(last_loss_of_each_step(runs["killed"][0] / f"trainer{r}.jsonl")) == list(range(steps))
+    if consistency == "sync":
+        expect_same_run(runs["undisturbed"][0], runs["killed"][0], lambda d, r: [d / f"trainer{r}.jsonl"])
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_a_killed_python_trainer_is_replaced_and_the_job_ends_bit_for_bit(tmp_path, local_job, victim):
+    """Trainer `victim` killed (-9) at a seeded step of a 2-trainer DDP sync
+    job and a new process of its rank started: the master rolls the job back
+    to the newest checkpoint, the survivor follows (its collective with the
+    dead peer fails, follow_rollback), the replacement starts there from the
+    checkpoint's state (rank 0's rendezvous store served anew when rank 0
+    was the one lost), and the job ends with the undisturbed run's tables
+    and losses."""
+    import socket
+    kill_after = seeded_kill_step(1 + victim, f"trainer {victim}")
+    config = dlrm_job("python_ddp_lost_trainer", steps=300)
+    config["runtime"] = {"heartbeat_ms": 100, "peer_timeout_ms": 2000, "rpc_timeout_ms": 10000,
+                         "collective_timeout_ms": 30000, "trainer_replacement_wait_ms": 60000}
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    results = {}
+    for name in ("undisturbed", "killed"):
+        d = tmp_path / name
+        d.mkdir()
+        job = checkpointed_job(local_job, config, d)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        procs = {}
+
+        def start(rank, tag):
+            log = open(d / f"trainer{rank}{tag}.log", "wb")
+            procs[(rank, tag)] = subprocess.Popen(
+                [sys.executable, EXAMPLE, "--master", job.address, "--insecure", "--rank", str(rank), "--world", "2",
+                 "--dist_init", f"tcp://127.0.0.1:{port}", "--metrics_file", str(d / f"trainer{rank}{tag}.jsonl")],
+                stdout=log, stderr=subprocess.STDOUT, env=env)
+
+        try:
+            start(0, "")
+            start(1, "")
+            if name == "killed":
+                metrics = d / f"trainer{victim}.jsonl"
+                deadline = time.time() + 60
+                while not (metrics.exists() and len(metrics.read_text().splitlines()) > kill_after):
+                    assert time.time() < deadline, f"trainer {victim} never passed step {kill_after}"
+                    time.sleep(0.02)
+                procs[(victim, "")].kill()
+                procs[(victim, "")].wait()
+                start(victim, "b")
+            for (rank, tag), p in procs.items():
+                if name == "killed" and (rank, tag) == (victim, ""):
+                    continue
+                try:
+                    code = p.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    for q in procs.values():
+                        if q.poll() is None:
+                            q.send_signal(signal.SIGUSR1)  # the example dumps its Python stacks
+                    time.sleep(1)
+                    code = "hung"
+                assert code == 0, (d / f"trainer{rank}{tag}.log").read_text(errors="replace")[-6000:]
+        finally:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        assert job.wait_master() == 0, job.log("master")
+        results[name] = (d, (job.tmp / "master.log").read_text(errors="replace"))
+    assert "rolling back to step" in results["killed"][1], results["killed"][1][-3000:]
+    survivor = (results["killed"][0] / f"trainer{1 - victim}.log").read_text(errors="replace")
+    assert "the job rolled back to step" in survivor, survivor[-3000:]
+    expect_same_run(results["undisturbed"][0], results["killed"][0],
+                    lambda d, r: [d / f"trainer{r}.jsonl", d / f"trainer{r}b.jsonl"])
