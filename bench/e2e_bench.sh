@@ -11,6 +11,12 @@
 #   bench/e2e_bench.sh [--steps N] [--mode async|sync] [--prefetch] [--workloads "w1 w2"] [--repeats R] [--python]
 #                      [--torchrec_python PATH]
 #
+# Each repeat also measures the dense-only limit: the workload's dense model
+# alone (build/bench/tessera_dense_bench: forward, backward and SGD, no
+# lookups, data or allreduce), one process per trainer side by side, and
+# prints Tessera's examples/s as a fraction of their sum (to stderr, and in
+# the JSONL as of_dense_only).
+#
 # --python also runs each workload with PyTorch trainers (examples/dlrm_criteo.py
 # through tessera.torch, DDP over Gloo; docs/python.md) in the same run, and
 # prints their examples/s against the peer's and the C++ trainers'.
@@ -71,7 +77,7 @@ if [ ! -e /usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3 ] && [ ! -e /us
 fi
 LABEL="$MODE"
 [ "$PREFETCH" = 1 ] && LABEL="$MODE+pf"
-TARGETS=(--target tessera_master --target tessera_ps --target tessera_trainer)
+TARGETS=(--target tessera_master --target tessera_ps --target tessera_trainer --target tessera_dense_bench)
 [ "$PYTHON" = 1 ] && TARGETS+=(--target tessera_python)
 "$ROOT/scripts/build.sh" "${TARGETS[@]}" >/dev/null
 OUT="$ROOT/run/bench"
@@ -115,6 +121,20 @@ PY
   python3 -c "import json;print(round(json.load(open('$run/summary.json'))['examples_per_s']))"
 }
 
+dense_run() {  # workload -> examples/s of the dense model alone, one process per trainer side by side
+  local w="$1" trainers pids=() i
+  trainers=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['cluster']['num_trainers'])" \
+    "$ROOT/bench/configs/$w.json")
+  for i in $(seq 1 "$trainers"); do
+    "${TESSERA_BUILD_DIR:-$ROOT/build}/bench/tessera_dense_bench" --config "$ROOT/bench/configs/$w.json" \
+      --seconds 10 >"$OUT/dense_${w}_$i.json" &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i"; done
+  python3 -c "import json,sys; print(round(sum(json.load(open(f))['examples_per_s'] for f in sys.argv[1:])))" \
+    "$OUT/dense_${w}"_*.json
+}
+
 peer_run() {  # workload -> examples/s
   local args=()
   [ "$1" = w2 ] && args=(--tables 8 --ps 2 --num-embeddings 200000)
@@ -155,6 +175,9 @@ for w in $WORKLOADS; do
     t=$(tessera_run "$w")
     p=$(peer_run "$w")
     ratio=$(ratio "$t" "$p")
+    # The dense-only limit (issue 15: the trainers at >= 70% of it on W1).
+    d=$(dense_run "$w")
+    echo "  $w dense model alone, $d ex/s: Tessera $LABEL at $(ratio "$t" "$d") of it" >&2
     trec=() trec_json=""
     if [ -n "$TORCHREC_PY" ]; then
       tr_plain=$(torchrec_run "$w" plain)
@@ -181,7 +204,7 @@ for w in $WORKLOADS; do
     if [ -n "$TORCHREC_PY" ]; then
       trec_json="$trec_json, \"ratio_torchrec\": \"${trec[2]}\""
     fi
-    echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$LABEL\", \"steps\": $STEPS, \"tessera_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\", \"ratio\": \"$ratio\"$trec_json}" | tee -a "$LAST" >>"$OUT/results.jsonl"
+    echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$LABEL\", \"steps\": $STEPS, \"tessera_examples_per_s\": $t, \"peer_examples_per_s\": \"$p\", \"ratio\": \"$ratio\", \"dense_only_examples_per_s\": $d, \"of_dense_only\": \"$(ratio "$t" "$d")\"$trec_json}" | tee -a "$LAST" >>"$OUT/results.jsonl"
   done
 done
 
