@@ -588,17 +588,19 @@ def test_two_python_trainers_follow_a_rollback_after_a_lost_server(tmp_path, loc
         expect_same_run(runs["undisturbed"][0], runs["killed"][0], lambda d, r: [d / f"trainer{r}.jsonl"])
 
 
-@pytest.mark.parametrize("victim", [0, 1])
-def test_a_killed_python_trainer_is_replaced_and_the_job_ends_bit_for_bit(tmp_path, local_job, victim):
-    """Trainer `victim` killed (-9) at a seeded step of a 2-trainer DDP sync
-    job and a new process of its rank started: the master rolls the job back
-    to the newest checkpoint, the survivor follows (its collective with the
-    dead peer fails, follow_rollback), the replacement starts there from the
+@pytest.mark.parametrize("victim,fault", [(0, "kill"), (1, "kill"), (1, "stop")])
+def test_a_lost_python_trainer_is_replaced_and_the_job_ends_bit_for_bit(tmp_path, local_job, victim, fault):
+    """Trainer `victim` killed (-9), or stopped (SIGSTOP) past the peer
+    timeout, at a seeded step of a 2-trainer DDP sync job, and a new process
+    of its rank started: the master rolls the job back to the newest
+    checkpoint, the survivor follows (its collective with the lost peer
+    fails, follow_rollback), the replacement starts there from the
     checkpoint's state (rank 0's rendezvous store served anew when rank 0
     was the one lost), and the job ends with the undisturbed run's tables
-    and losses."""
+    and losses. A stopped trainer woken (SIGCONT) once the job has rolled
+    back is fenced: it ends with an error and changes nothing."""
     import socket
-    kill_after = seeded_kill_step(1 + victim, f"trainer {victim}")
+    kill_after = seeded_kill_step(1 + victim + (2 if fault == "stop" else 0), f"trainer {victim}")
     config = dlrm_job("python_ddp_lost_trainer", steps=300)
     config["runtime"] = {"heartbeat_ms": 100, "peer_timeout_ms": 2000, "rpc_timeout_ms": 10000,
                          "collective_timeout_ms": 30000, "trainer_replacement_wait_ms": 60000}
@@ -629,11 +631,28 @@ def test_a_killed_python_trainer_is_replaced_and_the_job_ends_bit_for_bit(tmp_pa
                 while not (metrics.exists() and len(metrics.read_text().splitlines()) > kill_after):
                     assert time.time() < deadline, f"trainer {victim} never passed step {kill_after}"
                     time.sleep(0.02)
-                procs[(victim, "")].kill()
-                procs[(victim, "")].wait()
-                start(victim, "b")
+                if fault == "kill":
+                    procs[(victim, "")].kill()
+                    procs[(victim, "")].wait()
+                    start(victim, "b")
+                else:
+                    procs[(victim, "")].send_signal(signal.SIGSTOP)
+                    deadline = time.time() + 30
+                    while f"lost trainer {victim}" not in job.log("master"):
+                        assert time.time() < deadline, job.log("master")
+                        time.sleep(0.05)
+                    start(victim, "b")
+                    while "rolling back to step" not in job.log("master"):
+                        assert time.time() < deadline, job.log("master")
+                        time.sleep(0.05)
+                    procs[(victim, "")].send_signal(signal.SIGCONT)
             for (rank, tag), p in procs.items():
                 if name == "killed" and (rank, tag) == (victim, ""):
+                    if fault == "stop":
+                        # The woken trainer is no member any more: it ends, with an error.
+                        code = p.wait(timeout=120)
+                        out = (d / f"trainer{rank}.log").read_text(errors="replace")
+                        assert code != 0, out[-3000:]
                     continue
                 try:
                     code = p.wait(timeout=120)
