@@ -149,8 +149,12 @@ StatusOr<std::vector<ParamArray>> ReadParamFile(const std::string& path) {
   return DecodeParams(data, path);
 }
 
+bool HasParamsMagic(const std::string& data) {
+  return data.size() >= sizeof(kMagic) && std::memcmp(data.data(), kMagic, sizeof(kMagic)) == 0;
+}
+
 StatusOr<std::vector<ParamArray>> DecodeParams(const std::string& data, const std::string& path) {
-  if (data.size() < sizeof(kMagic) + 8 || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
+  if (data.size() < sizeof(kMagic) + 8 || !HasParamsMagic(data)) {
     return Status::DataLoss(path + ": not a Tessera parameter file");
   }
   const size_t body = data.size() - 4;

@@ -38,6 +38,8 @@ StatusOr<std::vector<ParamArray>> ReadParamFile(const std::string& path);
 // The same format in memory (what travels in a checkpoint message).
 StatusOr<std::string> EncodeParams(const std::vector<ParamArray>& arrays);
 StatusOr<std::vector<ParamArray>> DecodeParams(const std::string& bytes, const std::string& what);
+// Whether `bytes` begin as EncodeParams' do (whole or damaged: DecodeParams says).
+bool HasParamsMagic(const std::string& bytes);
 // The array called `name`, or null.
 const ParamArray* FindParam(const std::vector<ParamArray>& arrays, const std::string& name);
 

@@ -232,6 +232,7 @@ def train(session, rank, world, dist_init=None, metrics_file=None, log=print, de
     start = time.time()
     b = None
     step = session.start_step
+    ran = 0  # steps trained here, a rollback's replayed ones included
     while step < total:
         rollback = None
         try:
@@ -283,10 +284,11 @@ def train(session, rank, world, dist_init=None, metrics_file=None, log=print, de
             log(f"trainer {rank} step {step + 1}/{total} loss {float(loss_sum) / max(n, 1):.5f}")
         b = following
         step += 1
+        ran += 1
     seconds = time.time() - start
     if metrics:
         metrics.close()
-    result = {"steps": total - session.start_step, "seconds": seconds}
+    result = {"steps": ran, "seconds": seconds}
     if rank == 0 and job["data"].get("eval_path"):
         result["eval"] = evaluate(ebc, model, tessera.Data(job, "eval"))
         log(f"trainer 0: eval {json.dumps(result['eval'])}")

@@ -140,21 +140,23 @@ StatusOr<ExportResult> ExportCheckpoint(const ExportOptions& o) {
     }
     tables.push_back(std::move(e));
   }
-  // A job without a model (its trainers brought their own: Python) has no
-  // dense model in its checkpoint.
+  // Python trainers bring their own dense model (its state is theirs, in
+  // python.state, whatever the config's "model" says): the checkpoint holds
+  // no dense model of Tessera's, as a job without a model does not.
+  const bool our_model = job.has_model && FindParam(*state, "python.state") == nullptr;
   int64_t num_params = 0;
   const std::vector<DenseLayer> layers =
-      job.has_model ? DenseLayers(job.model, job.InteractionWidth(), &num_params) : std::vector<DenseLayer>{};
+      our_model ? DenseLayers(job.model, job.InteractionWidth(), &num_params) : std::vector<DenseLayer>{};
   const ParamArray no_floats, no_steps = ParamArray::Ints("", 1, 1, {0});
-  const ParamArray* params = job.has_model ? FindParam(*state, "dense.params") : &no_floats;
-  const ParamArray* opt_state = job.has_model ? FindParam(*state, "dense.optimizer_state") : &no_floats;
-  const ParamArray* opt_steps = job.has_model ? FindParam(*state, "dense.optimizer_steps") : &no_steps;
+  const ParamArray* params = our_model ? FindParam(*state, "dense.params") : &no_floats;
+  const ParamArray* opt_state = our_model ? FindParam(*state, "dense.optimizer_state") : &no_floats;
+  const ParamArray* opt_steps = our_model ? FindParam(*state, "dense.optimizer_steps") : &no_steps;
   if (params == nullptr || static_cast<int64_t>(params->f32.size()) != num_params || opt_state == nullptr ||
       opt_steps == nullptr || opt_steps->i64.size() != 1) {
     return Status::DataLoss("checkpoint " + ckpt.dir + ": its trainer state does not hold the dense model of its job (" +
                             std::to_string(num_params) + " parameters)");
   }
-  const std::string dense_opt = job.has_model ? job.training.dense_optimizer.type : "sgd";
+  const std::string dense_opt = our_model ? job.training.dense_optimizer.type : "sgd";
   const std::vector<std::string> dense_state = dense_opt == "adam"      ? std::vector<std::string>{"exp_avg", "exp_avg_sq"}
                                                : dense_opt == "adagrad" ? std::vector<std::string>{"sum"}
                                                                         : std::vector<std::string>{};

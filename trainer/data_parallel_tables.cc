@@ -44,20 +44,33 @@ StatusOr<DataParallelTables> DataParallelTables::Create(const JobConfig& job, co
   return d;
 }
 
+Status DataParallelTables::CheckIds(const KeyedJaggedTensor& kjt) const {
+  if (tables_.empty()) return Status::OK();
+  const auto value_offsets = kjt.FeatureValueOffsets();
+  for (size_t f = 0; f < features_.size(); ++f) {
+    if (feature_table_[f] < 0) continue;
+    const Table& t = tables_[feature_table_[f]];
+    const int key = kjt.KeyIndex(features_[f]);
+    if (key < 0) return Status::InvalidArgument("the batch has no feature '" + features_[f] + "'");
+    for (int64_t i = value_offsets[key]; i < value_offsets[key + 1]; ++i) {
+      if (kjt.values[i] < 0 || kjt.values[i] >= t.config.num_embeddings) {
+        return Status::OutOfRange("id " + std::to_string(kjt.values[i]) + " is not a row of table " + t.config.name);
+      }
+    }
+  }
+  return Status::OK();
+}
+
 Status DataParallelTables::Lookup(const KeyedJaggedTensor& kjt, FeatureOutputs* out) {
+  if (tables_.empty()) return Status::OK();
+  TESSERA_RETURN_IF_ERROR(CheckIds(kjt));
   const auto value_offsets = kjt.FeatureValueOffsets();
   out->resize(features_.size());
   for (size_t f = 0; f < features_.size(); ++f) {
     if (feature_table_[f] < 0) continue;
     const Table& t = tables_[feature_table_[f]];
     const int key = kjt.KeyIndex(features_[f]);
-    if (key < 0) return Status::InvalidArgument("the batch has no feature '" + features_[f] + "'");
     const int64_t begin = value_offsets[key], n = value_offsets[key + 1] - begin;
-    for (int64_t i = begin; i < begin + n; ++i) {
-      if (kjt.values[i] < 0 || kjt.values[i] >= t.config.num_embeddings) {
-        return Status::OutOfRange("id " + std::to_string(kjt.values[i]) + " is not a row of table " + t.config.name);
-      }
-    }
     const std::vector<int64_t> offsets = kjt.BagOffsets(key);
     const bool pooled = t.config.pooling != PoolingType::kNone;
     (*out)[f].resize((pooled ? kjt.batch_size : n) * t.dim);

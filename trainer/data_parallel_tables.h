@@ -26,6 +26,10 @@ class DataParallelTables {
 
   bool empty() const { return tables_.empty(); }
 
+  // Whether every data-parallel feature of `kjt` is in the batch and its ids
+  // are rows of its table (Lookup checks the same before it reads a row).
+  Status CheckIds(const KeyedJaggedTensor& kjt) const;
+
   // Fills out[f] for every data-parallel feature f (model order, as
   // EmbeddingClient::features()): pooled [B x dim] or unpooled [ids x dim].
   Status Lookup(const KeyedJaggedTensor& kjt, FeatureOutputs* out);

@@ -54,7 +54,8 @@ KeyedJaggedTensor MakeKjt(const std::vector<std::string>& keys, int64_t batch_si
 class PySession {
  public:
   PySession(const std::string& master, int rank, int world, const std::string& keys, bool insecure,
-            int64_t register_timeout_ms, py::object save_state, int metrics_port, const std::string& metrics_address) {
+            int64_t register_timeout_ms, py::object save_state, int metrics_port, const std::string& metrics_address,
+            const std::string& host) {
     TrainerSessionOptions o;
     o.master = master;
     o.rank = rank;
@@ -64,6 +65,7 @@ class PySession {
     o.register_timeout_ms = register_timeout_ms;
     o.metrics_port = metrics_port;
     o.metrics_address = metrics_address;
+    o.host = host;
     if (!save_state.is_none()) {
       save_state_ = std::make_shared<py::object>(std::move(save_state));
       std::weak_ptr<py::object> hook = save_state_;
@@ -202,10 +204,10 @@ PYBIND11_MODULE(_tessera, m) {
 
   py::class_<PySession>(m, "Session")
       .def(py::init<const std::string&, int, int, const std::string&, bool, int64_t, py::object, int,
-                    const std::string&>(),
+                    const std::string&, const std::string&>(),
            py::arg("master"), py::arg("rank"), py::arg("world"), py::arg("keys") = "", py::arg("insecure") = false,
            py::arg("register_timeout_ms") = 120000, py::arg("save_state") = py::none(), py::arg("metrics_port") = -1,
-           py::arg("metrics_address") = "127.0.0.1",
+           py::arg("metrics_address") = "127.0.0.1", py::arg("host") = "",
            "Registers with the master as trainer `rank` of `world` and waits for the job to start; serves "
            "Prometheus metrics on metrics_port first when it is >= 0 (0: any free port).")
       .def_property_readonly("features", [](PySession& s) { return s.session().features(); })

@@ -1,10 +1,13 @@
 #include "python/src/trainer_session.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include <glog/logging.h>
 
-#include "trainer/data_parallel_tables.h"
+#include "common/net_address.h"
+#include "common/param_file.h"
+#include "trainer/master_store.h"
 
 namespace tessera {
 
@@ -33,8 +36,7 @@ StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Open(const TrainerSess
   TESSERA_RETURN_IF_ERROR(s->member_->Join());
   TESSERA_ASSIGN_OR_RETURN(TrainerMember::GenerationStart start, s->member_->NextGeneration(0));
   s->start_step_ = s->step_ = start.info.start_step;
-  s->start_state_ = start.state_bytes;
-  Status st = s->Enter(start);
+  Status st = s->Enter(start, /*restart=*/true);
   if (!st.ok()) return s->member_->ReportDone(nlohmann::json::object(), st);
   s->window_start_ = s->run_start_ = s->timed_start_ = Clock::now();
   // As TrainingLoop: a tenth of the steps, at most 20 (20 when the job
@@ -44,13 +46,30 @@ StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Open(const TrainerSess
   return s;
 }
 
-Status TrainerSession::Enter(const TrainerMember::GenerationStart& start) {
+Status TrainerSession::Enter(const TrainerMember::GenerationStart& start, bool restart) {
   TESSERA_ASSIGN_OR_RETURN(JobConfig job, ParseJobConfigJson(start.info.job, ""));
   TESSERA_ASSIGN_OR_RETURN(EmbeddingRoute route, member_->EnterGeneration(start.info));
-  TESSERA_ASSIGN_OR_RETURN(DataParallelTables local, DataParallelTables::Create(job, route.plan));
-  if (!local.empty()) {
-    return Status::Unimplemented(
-        "the job has data_parallel tables, which Python trainers do not hold yet; shard them on the servers");
+  if (restart) {
+    TESSERA_ASSIGN_OR_RETURN(DataParallelTables local, DataParallelTables::Create(job, route.plan));
+    std::string user_state = start.state_bytes;
+    // Checkpoints of Python jobs before data-parallel tables kept
+    // save_state's bytes alone; since then, a param file around them.
+    if (HasParamsMagic(start.state_bytes)) {
+      TESSERA_ASSIGN_OR_RETURN(std::vector<ParamArray> state,
+                               DecodeParams(start.state_bytes, "the checkpoint's trainer state"));
+      const ParamArray* saved = FindParam(state, "python.state");
+      if (saved == nullptr || saved->type != ParamArray::Type::kBytes) {
+        return Status::DataLoss("the checkpoint's trainer state holds no Python trainer state (python.state)");
+      }
+      user_state = saved->bytes;
+      TESSERA_RETURN_IF_ERROR(local.Import(state));
+    } else if (!start.state_bytes.empty() && !local.empty()) {
+      return Status::DataLoss("the checkpoint's trainer state lacks the rows of the job's data-parallel tables");
+    }
+    local_ = std::make_unique<DataParallelTables>(std::move(local));
+    collective_.reset();  // a trainer may be a new process: the collective meets again
+    store_.reset();
+    start_state_ = std::move(user_state);
   }
   job_ = std::move(job);
   generation_ = start.info.generation;
@@ -76,7 +95,7 @@ Status TrainerSession::FollowServerChange(const Status& why) {
     return Status::Aborted("the job rolled back to step " + std::to_string(step_) + " (at step " +
                            std::to_string(at) + "): session.follow_rollback() says so and gives its state");
   }
-  TESSERA_RETURN_IF_ERROR(Enter(start));
+  TESSERA_RETURN_IF_ERROR(Enter(start, /*restart=*/false));
   LOG(INFO) << "trainer " << member_->rank() << ": the servers changed at step " << step_ << "; generation "
             << generation_ << " goes on";
   return Status::OK();
@@ -85,11 +104,11 @@ Status TrainerSession::FollowServerChange(const Status& why) {
 Status TrainerSession::EnterAt(const TrainerMember::GenerationStart& start) {
   // Enter replaces the client: the old generation's calls in flight go
   // with it.
-  TESSERA_RETURN_IF_ERROR(Enter(start));
+  TESSERA_RETURN_IF_ERROR(Enter(start, /*restart=*/true));
   start_step_ = step_ = start.info.start_step;
-  start_state_ = start.state_bytes;
   push_owed_ = push_pending_ = prefetched_ = boundary_agreed_ = false;
   prefetched_kjt_.Clear();
+  local_kjt_.Clear();
   out_rows_.clear();
   broken_ = Status::OK();
   window_loss_ = 0;
@@ -188,16 +207,45 @@ bool TrainerSession::AtBoundary() const {
 
 Status TrainerSession::MaybeCheckpoint() {
   if (!AtBoundary()) return Status::OK();
-  auto state = [this]() -> StatusOr<std::string> {
-    if (!options_.save_state) return std::string();
-    return options_.save_state();
-  };
+  auto state = [this]() { return SaveState(); };
   EmbeddingClient* reroute = job_.cluster.replicas >= 2 ? embeddings_.get() : nullptr;
   boundary_agreed_ = false;
   Status st = member_->Barrier(step_, &generation_, state, reroute, nullptr, job_.runtime.rpc_timeout_ms * 10);
   // The servers change at this boundary: the next generation starts here.
   if (st.code() == StatusCode::kCancelled) return FollowServerChange(st);
   return st;
+}
+
+StatusOr<std::string> TrainerSession::SaveState() {
+  std::vector<ParamArray> arrays = local_->Export();
+  std::string user;
+  if (options_.save_state) {
+    TESSERA_ASSIGN_OR_RETURN(user, options_.save_state());
+  }
+  arrays.push_back(ParamArray::Text("python.state", std::move(user)));
+  return EncodeParams(arrays);
+}
+
+Status TrainerSession::StepLocalTables(const FeatureOutputs& grads) {
+  if (local_->empty()) return Status::OK();
+  TESSERA_RETURN_IF_ERROR(local_->Backward(local_kjt_, grads));
+  if (collective_ == nullptr) {
+    if (member_->world() == 1) {
+      collective_ = NewLocalCollective();
+    } else {
+      // As the C++ trainers' Gloo (trainer.cc): the ranks meet in the
+      // master's store, under keys of this generation.
+      GlooCollectiveOptions go;
+      go.rank = member_->rank();
+      go.world = member_->world();
+      TESSERA_ASSIGN_OR_RETURN(go.host, AdvertisedHost(options_.host, "", options_.master));
+      go.prefix = "gloo/" + job_.name + "/g" + std::to_string(generation_);
+      go.timeout = std::chrono::milliseconds(job_.runtime.collective_timeout_ms);
+      store_ = std::make_unique<MasterStore>(member_->client(), member_->master_peer(), go.timeout);
+      TESSERA_ASSIGN_OR_RETURN(collective_, NewGlooCollective(go, store_.get()));
+    }
+  }
+  return local_->Step(collective_.get());
 }
 
 Status TrainerSession::Lookup(const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* out) {
@@ -211,6 +259,8 @@ Status TrainerSession::Lookup(const KeyedJaggedTensor& kjt, bool inference, Feat
     }
     return Keep(why);
   }
+  // Data-parallel ids are checked here: the servers check only theirs.
+  TESSERA_RETURN_IF_ERROR(local_->CheckIds(kjt));
   if (!inference && push_owed_) {
     return Status::FailedPrecondition("step " + std::to_string(step_ - 1) +
                                       "'s gradients were never sent back: call backward() on a loss of its output "
@@ -237,11 +287,17 @@ Status TrainerSession::Lookup(const KeyedJaggedTensor& kjt, bool inference, Feat
     TESSERA_RETURN_IF_ERROR(Keep(embeddings_->FinishLookup(out)));
   } else {
     TESSERA_RETURN_IF_ERROR(Keep(CompleteStep()));
-    if (inference) return Keep(embeddings_->Lookup(static_cast<uint64_t>(step_), kjt, true, out));
+    if (inference) {
+      TESSERA_RETURN_IF_ERROR(Keep(embeddings_->Lookup(static_cast<uint64_t>(step_), kjt, true, out)));
+      return local_->Lookup(kjt, out);
+    }
     TESSERA_RETURN_IF_ERROR(Keep(MaybeCheckpoint()));
     began = Clock::now();
     TESSERA_RETURN_IF_ERROR(Keep(embeddings_->Lookup(static_cast<uint64_t>(step_), kjt, false, out)));
   }
+  // Rows as the last step's update left them, as the C++ trainer's.
+  TESSERA_RETURN_IF_ERROR(local_->Lookup(kjt, out));
+  if (!local_->empty()) local_kjt_ = kjt;
   metrics_->RecordLookup(began, kjt.batch_size, embeddings_->last_lookup_bytes(), embeddings_->last_reply_bytes());
   out_rows_.resize(out->size());
   for (size_t f = 0; f < out->size(); ++f) out_rows_[f] = static_cast<int64_t>((*out)[f].size()) / dims_[f];
@@ -267,6 +323,7 @@ Status TrainerSession::Prefetch(const KeyedJaggedTensor& kjt) {
   // next step is looked up then, not now.
   if (AtBoundary()) return Status::OK();
   TESSERA_RETURN_IF_ERROR(kjt.Validate());
+  TESSERA_RETURN_IF_ERROR(local_->CheckIds(kjt));
   TESSERA_RETURN_IF_ERROR(Keep(embeddings_->StartLookup(static_cast<uint64_t>(step_), kjt, false)));
   prefetched_ = true;
   prefetched_kjt_ = kjt;
@@ -296,7 +353,7 @@ Status TrainerSession::Push(FeatureOutputs grads) {
   metrics_->RecordPushTime(std::chrono::duration<double>(Clock::now() - sending).count());
   push_owed_ = false;
   push_pending_ = true;
-  return Status::OK();
+  return Keep(StepLocalTables(grads));
 }
 
 void TrainerSession::RecordLoss(double loss_sum, int64_t examples) {
@@ -315,6 +372,14 @@ Status TrainerSession::Finish(const std::string& error, const nlohmann::json& ev
     st = Status::FailedPrecondition("step " + std::to_string(step_ - 1) + "'s gradients were never sent back");
   }
   if (st.ok()) st = CompleteStep();
+  if (st.ok() && member_->rank() == 0 && !dump_dir_.empty() && !local_->empty()) {
+    // Beside the servers' shards and the program's dense model, as the C++
+    // trainer 0 writes them.
+    std::error_code ec;
+    std::filesystem::create_directories(dump_dir_, ec);
+    st = ec ? Status::Unavailable("cannot create " + dump_dir_ + ": " + ec.message())
+            : WriteParamFile(dump_dir_ + "/dp.params", local_->Export());
+  }
   // The last window, however short, as the C++ trainer's final loss.
   if (window_examples_ > 0) final_loss_ = window_loss_ / static_cast<double>(window_examples_);
   const auto end = Clock::now();

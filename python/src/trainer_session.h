@@ -23,7 +23,10 @@
 #include "common/job_config.h"
 #include "common/keyed_jagged_tensor.h"
 #include "common/status.h"
+#include "common/store.h"
 #include "python/src/session_metrics.h"
+#include "trainer/collective.h"
+#include "trainer/data_parallel_tables.h"
 #include "trainer/embedding_client.h"
 #include "trainer/trainer_member.h"
 
@@ -46,6 +49,9 @@ struct TrainerSessionOptions {
   // listens nowhere else, so nothing says which interface a scraper uses.
   int metrics_port = -1;
   std::string metrics_address = "127.0.0.1";
+  // Where this trainer's collective (data-parallel tables' gradient sums)
+  // listens for its peers; "": the interface of the route to the master.
+  std::string host;
 };
 
 class TrainerSession {
@@ -123,8 +129,17 @@ class TrainerSession {
   // Keeps `st` when it broke the session (the job or a server failed, not
   // the caller's input): every later call returns it, Finish reports it.
   Status Keep(Status st);
-  // Takes the generation `start` begins: its job, plan and servers.
-  Status Enter(const TrainerMember::GenerationStart& start);
+  // Takes the generation `start` begins: its job, plan and servers. With
+  // `restart` (joining, or a rollback), also its start: the data-parallel
+  // tables and the trainers' state as its checkpoint saved them; without
+  // (the servers changed at a boundary), the tables go on as they are.
+  Status Enter(const TrainerMember::GenerationStart& start, bool restart);
+  // The trainers' state for a checkpoint: the data-parallel tables' rows and
+  // save_state's bytes, as one param file (common/param_file.h).
+  StatusOr<std::string> SaveState();
+  // After the step's push: its data-parallel rows' gradients, summed over
+  // the trainers, through the tables' optimizers.
+  Status StepLocalTables(const FeatureOutputs& grads);
   // After a barrier at which the servers changed (`why`): joins the next
   // generation. One that starts at an earlier step is a rollback: entered,
   // and reported as an error until FollowRollback.
@@ -145,6 +160,13 @@ class TrainerSession {
   std::unique_ptr<TrainerMember> member_;
   JobConfig job_;
   std::unique_ptr<EmbeddingClient> embeddings_;
+  // Data-parallel tables, held here as the C++ trainer holds them, and the
+  // collective that sums their gradients (opened at their first step of a
+  // generation that rolled back or began; null without such tables).
+  std::unique_ptr<DataParallelTables> local_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Collective> collective_;
+  KeyedJaggedTensor local_kjt_;  // the last training batch, for the tables' backward
   std::vector<int> dims_;
   std::vector<bool> pooled_;
   std::vector<int64_t> out_rows_;  // per feature, of the last training lookup

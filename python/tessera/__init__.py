@@ -36,7 +36,7 @@ __all__ = ["Data", "Session", "TesseraError", "blas_threads", "dlrm_initial_para
 
 
 def init(master, rank=0, world=1, keys=None, insecure=False, register_timeout_s=120.0, save_state=None,
-         metrics_port=None, metrics_address=None):
+         metrics_port=None, metrics_address=None, host=None):
     """Registers with the master at `master` as trainer `rank` of `world` and
     waits until the job starts (every member registered, the shards made).
 
@@ -50,6 +50,9 @@ def init(master, rank=0, world=1, keys=None, insecure=False, register_timeout_s=
     never sees this trainer. None: no endpoint. metrics_address: where it
     listens (default 127.0.0.1; "0.0.0.0" for every interface). The URL is
     `session.metrics_url`, logged at INFO on the "tessera" logger.
+    host: this trainer's address for its peers in the collective that sums
+    the gradients of the job's data-parallel tables (default: the interface
+    the route to the master takes).
     """
     if keys is None and not insecure:
         raise ValueError("tessera.init: keys=DIR (the job's keys) or insecure=True is required")
@@ -62,7 +65,7 @@ def init(master, rank=0, world=1, keys=None, insecure=False, register_timeout_s=
     session = Session(master=str(master), rank=rank, world=world, keys=str(keys or ""), insecure=bool(insecure),
                       register_timeout_ms=int(register_timeout_s * 1000), save_state=save_state,
                       metrics_port=-1 if metrics_port is None else metrics_port,
-                      metrics_address=str(metrics_address or "127.0.0.1"))
+                      metrics_address=str(metrics_address or "127.0.0.1"), host=str(host or ""))
     if session.metrics_url:
         logging.getLogger("tessera").info("trainer %d serving metrics on %s", rank, session.metrics_url)
     return session

@@ -24,7 +24,7 @@ from conftest import BUILD, read_rows
 
 ROWS = 24
 LR = 0.5
-SHARDINGS = ["table_wise", "row_wise", "column_wise", "table_row_wise"]
+SHARDINGS = ["table_wise", "row_wise", "column_wise", "table_row_wise", "data_parallel"]
 POOLINGS = ["SUM", "MEAN", "WEIGHTED", "NONE"]
 TABLES = [(s, p) for s, p in itertools.product(SHARDINGS, POOLINGS)]
 
@@ -337,6 +337,15 @@ def test_a_checkpoint_keeps_the_trainers_state_and_a_resumed_job_starts_from_it(
                     between=lambda step: rows_at.__setitem__(step, read_rows(emb, ROWS)) if step == 8 else None)
     assert job.wait_master() == 0, job.log("master")
     assert saved == [4, 8], saved
+    # The checkpoint exports as a C++ job's does, its data-parallel table's
+    # rows (kept in the trainer state) as the servers' tables.
+    out = tmp_path / "export"
+    export = subprocess.run([str(BUILD / "master" / "tessera_export"), "--checkpoint", str(tmp_path / "ckpt"),
+                             "--format", "npy", "--out", str(out)], capture_output=True, text=True)
+    assert export.returncode == 0, export.stdout + export.stderr
+    for t in config["tables"]:
+        weight = torch.from_numpy(np.load(out / f"tables.{t['name']}.weight.npy"))
+        assert torch.equal(weight, rows_at[8][t["feature_names"][0]]), t["name"]
 
     resumed = local_job(config, num_ps=1, master_flags=["--resume"])  # on another number of servers
     with tessera.init(master=resumed.address, insecure=True) as session:
@@ -420,18 +429,21 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "dlrm_
 
 
 def dlrm_job(name, steps):
+    """The DLRM of examples/dlrm_criteo.py over SUM tables, table-wise,
+    row-wise and data-parallel (held by the trainers)."""
     config = job_config(name, steps=steps)
-    config["tables"] = [t for t in config["tables"]
-                        if t["pooling"] == "SUM" and t["sharding_type"] in ("row_wise", "table_wise")]
+    config["tables"] = [t for t in config["tables"] if t["pooling"] == "SUM" and
+                        t["sharding_type"] in ("row_wise", "table_wise", "data_parallel")]
     config["model"] = {"num_dense_features": 4, "bottom_mlp": [8], "top_mlp": [8, 1]}
     config["data"] = {"source": "synthetic", "num_examples": 4096, "ids_per_bag": 2, "zipf": 1.05}
     config["training"].update({"batch_size": 16, "dense_optimizer": {"type": "sgd", "lr": 0.05}})
     return config
 
 
-def run_two_python_trainers(job, tmp, during=None):
-    """examples/dlrm_criteo.py as trainers 0 and 1 of `job` (DDP over Gloo);
-    during(metrics_file_of_rank_0) runs while they train."""
+def run_two_python_trainers(job, tmp, during=None, cpp=False):
+    """examples/dlrm_criteo.py as trainers 0 and 1 of `job` (DDP over Gloo),
+    or with cpp=True the C++ trainer; during(metrics_file_of_rank_0) runs
+    while they train."""
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -441,9 +453,11 @@ def run_two_python_trainers(job, tmp, during=None):
     try:
         for r in range(2):
             log = open(tmp / f"trainer{r}.log", "wb")
+            program = ([str(BUILD / "trainer" / "tessera_trainer")] if cpp else
+                       [sys.executable, EXAMPLE, "--dist_init", f"tcp://127.0.0.1:{port}"])
             procs.append(subprocess.Popen(
-                [sys.executable, EXAMPLE, "--master", job.address, "--insecure", "--rank", str(r), "--world", "2",
-                 "--dist_init", f"tcp://127.0.0.1:{port}", "--metrics_file", str(tmp / f"trainer{r}.jsonl")],
+                program + ["--master", job.address, "--insecure", "--rank", str(r), "--world", "2",
+                           "--metrics_file", str(tmp / f"trainer{r}.jsonl")],
                 stdout=log, stderr=subprocess.STDOUT, env=env))
         if during:
             during(tmp / "trainer0.jsonl")
@@ -498,6 +512,35 @@ def test_two_python_trainers_follow_a_server_added_mid_job_bit_for_bit(tmp_path,
                               str(tmp_path / "job.json"), "--a", str(runs["undisturbed"][0] / "dump"),
                               "--b", str(runs["added"][0] / "dump"), "--tolerance", "0"],
                              capture_output=True, text=True)
+    assert compare.returncode == 0, compare.stdout + compare.stderr
+
+
+def test_python_trainers_equal_cpp_trainers_with_a_data_parallel_table(tmp_path, local_job):
+    """The same sync job (a data-parallel table beside sharded ones, 2
+    trainers) trained by examples/dlrm_criteo.py and by tessera_trainer:
+    every step's loss of each trainer, the tables (the data-parallel one
+    from trainer 0's dp.params) and the dense model within 1e-5."""
+    config = dlrm_job("python_vs_cpp_dp", steps=150)
+    assert any(t["sharding_type"] == "data_parallel" for t in config["tables"])
+    (tmp_path / "job.json").write_text(json.dumps(config))
+    for name in ("python", "cpp"):
+        d = tmp_path / name
+        d.mkdir()
+        job = local_job(config, num_ps=2, num_trainers=2, master_flags=["--dump_dir", str(d / "dump")])
+        run_two_python_trainers(job, d, cpp=name == "cpp")
+        assert job.wait_master() == 0, job.log("master")
+        assert (d / "dump" / "dp.params").exists(), f"{name}: trainer 0 wrote no dp.params"
+    for r in range(2):
+        py = [json.loads(l) for l in (tmp_path / "python" / f"trainer{r}.jsonl").read_text().splitlines()]
+        cc = [json.loads(l) for l in (tmp_path / "cpp" / f"trainer{r}.jsonl").read_text().splitlines()]
+        assert [x["step"] for x in py] == [x["step"] for x in cc] and len(py) == 150
+        worst = max(abs(a["loss"] - b["loss"]) for a, b in zip(py, cc))
+        print(f"trainer {r}: max |loss(PyTorch) - loss(C++)| = {worst:.3g} over {len(py)} steps")
+        assert worst <= 1e-5
+    compare = subprocess.run([str(BUILD / "tests" / "tessera_compare_dumps"), "--config", str(tmp_path / "job.json"),
+                              "--a", str(tmp_path / "python" / "dump"), "--b", str(tmp_path / "cpp" / "dump"),
+                              "--tolerance", "1e-5"], capture_output=True, text=True)
+    print(compare.stdout)
     assert compare.returncode == 0, compare.stdout + compare.stderr
 
 
