@@ -90,7 +90,7 @@ Status DataParallelTables::Lookup(const KeyedJaggedTensor& kjt, FeatureOutputs* 
   return Status::OK();
 }
 
-Status DataParallelTables::Backward(const KeyedJaggedTensor& kjt, const FeatureOutputs& grads) {
+Status DataParallelTables::Backward(const KeyedJaggedTensor& kjt, const FeatureGrads& grads) {
   const auto value_offsets = kjt.FeatureValueOffsets();
   std::vector<int64_t> unique;
   std::vector<int32_t> inverse;

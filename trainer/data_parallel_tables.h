@@ -36,7 +36,8 @@ class DataParallelTables {
 
   // Adds the row gradients of `grads` (model order) for the batch of the last
   // Lookup() to this step's sum.
-  Status Backward(const KeyedJaggedTensor& kjt, const FeatureOutputs& grads);
+  Status Backward(const KeyedJaggedTensor& kjt, const FeatureGrads& grads);
+  Status Backward(const KeyedJaggedTensor& kjt, const FeatureOutputs& grads) { return Backward(kjt, ViewsOf(grads)); }
 
   // Sums the step's row gradients over all trainers and applies each table's
   // optimizer once to every row some trainer touched. Every trainer calls it

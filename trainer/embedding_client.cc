@@ -358,7 +358,7 @@ Status EmbeddingClient::FinishLookup(FeatureOutputs* out) {
   return Status::OK();
 }
 
-Status EmbeddingClient::StartPush(const FeatureOutputs& grads) {
+Status EmbeddingClient::StartPush(const FeatureGrads& grads) {
   if (grads.size() != features_.size()) return Status::InvalidArgument("gradients for the wrong number of features");
   if (!pushes_.empty()) return Status::FailedPrecondition("the previous push was not waited for");
   if (current_.epoch != epoch_ || (options_.plan_replaced && options_.plan_replaced())) {
@@ -367,7 +367,10 @@ Status EmbeddingClient::StartPush(const FeatureOutputs& grads) {
     // shards, on the servers now holding them) for its push.
     TESSERA_RETURN_IF_ERROR(RouteCurrentAgain());
   }
-  if (options_.reroute) pushed_ = grads;
+  if (options_.reroute) {
+    pushed_.resize(grads.size());
+    for (size_t f = 0; f < grads.size(); ++f) pushed_[f].assign(grads[f].begin(), grads[f].end());
+  }
   SendPush(grads);
   return Status::OK();
 }
@@ -400,7 +403,7 @@ Status EmbeddingClient::RouteCurrentAgain() {
   return Status::OK();
 }
 
-void EmbeddingClient::SendPush(const FeatureOutputs& grads) {
+void EmbeddingClient::SendPush(const FeatureGrads& grads) {
   std::vector<RpcFuture>& futures = pushes_;
   last_push_bytes_ = 0;
   for (size_t p = 0; p < ps_peers_.size(); ++p) {
@@ -460,7 +463,7 @@ Status EmbeddingClient::WaitPush() {
     // ALREADY_APPLIED, the backups now serving apply it.
     TESSERA_RETURN_IF_ERROR(Reroute(first_error));
     TESSERA_RETURN_IF_ERROR(RouteCurrentAgain());
-    SendPush(pushed_);
+    SendPush(ViewsOf(pushed_));
   }
 }
 

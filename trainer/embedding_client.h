@@ -55,6 +55,10 @@ struct EmbeddingClientOptions {
 
 // Per feature in model order: pooled [B x dim] or unpooled [num_ids x dim].
 using FeatureOutputs = std::vector<std::vector<float>>;
+// The same shapes, in the caller's memory (a Python trainer's gradients
+// are read where torch left them).
+using FeatureGrads = std::vector<std::span<const float>>;
+inline FeatureGrads ViewsOf(const FeatureOutputs& outputs) { return FeatureGrads(outputs.begin(), outputs.end()); }
 
 class EmbeddingClient {
  public:
@@ -83,7 +87,8 @@ class EmbeddingClient {
   // Sends d(loss)/d(output) of every feature for the step of the last
   // finished lookup without waiting; WaitPush() waits until every server accepted
   // it. The trainer overlaps the dense allreduce with the push this way.
-  Status StartPush(const FeatureOutputs& grads);
+  Status StartPush(const FeatureGrads& grads);
+  Status StartPush(const FeatureOutputs& grads) { return StartPush(ViewsOf(grads)); }
   Status WaitPush();
   Status PushGradients(const FeatureOutputs& grads) {
     TESSERA_RETURN_IF_ERROR(StartPush(grads));
@@ -173,7 +178,7 @@ class EmbeddingClient {
   // Routes `kjt` under the running plan and sends its lookup.
   Status SendLookup(const KeyedJaggedTensor& kjt, LookupState* st);
   // Sends the push of `grads` for the finished lookup current_.
-  void SendPush(const FeatureOutputs& grads);
+  void SendPush(const FeatureGrads& grads);
   // Routes current_'s batch again under the running plan, for its push.
   Status RouteCurrentAgain();
   static bool Retryable(const Status& st);

@@ -130,16 +130,20 @@ class PySession {
     Check(st);
   }
 
+  // The gradients are read where they are (float32, C order: torch's own
+  // memory, through numpy), held alive here while the GIL is released.
   void Push(const py::list& grads) {
-    FeatureOutputs g(grads.size());
-    for (size_t f = 0; f < g.size(); ++f) {
-      auto a = ExpectArray<float>(grads[f], "gradient " + std::to_string(f));
-      g[f].assign(a.data(), a.data() + a.size());
+    std::vector<py::array_t<float, py::array::c_style | py::array::forcecast>> arrays;
+    FeatureGrads g;
+    arrays.reserve(grads.size());
+    for (size_t f = 0; f < grads.size(); ++f) {
+      arrays.push_back(ExpectArray<float>(grads[f], "gradient " + std::to_string(f)));
+      g.emplace_back(arrays.back().data(), static_cast<size_t>(arrays.back().size()));
     }
     Status st;
     {
       py::gil_scoped_release nogil;
-      st = session_->Push(std::move(g));
+      st = session_->Push(g);
     }
     Check(st);
   }

@@ -226,7 +226,7 @@ StatusOr<std::string> TrainerSession::SaveState() {
   return EncodeParams(arrays);
 }
 
-Status TrainerSession::StepLocalTables(const FeatureOutputs& grads) {
+Status TrainerSession::StepLocalTables(const FeatureGrads& grads) {
   if (local_->empty()) return Status::OK();
   TESSERA_RETURN_IF_ERROR(local_->Backward(local_kjt_, grads));
   if (collective_ == nullptr) {
@@ -330,7 +330,7 @@ Status TrainerSession::Prefetch(const KeyedJaggedTensor& kjt) {
   return Status::OK();
 }
 
-Status TrainerSession::Push(FeatureOutputs grads) {
+Status TrainerSession::Push(const FeatureGrads& grads) {
   if (!broken_.ok()) return broken_;
   if (!push_owed_) {
     return Status::FailedPrecondition("no training lookup waits for its gradients (each step's are sent once)");

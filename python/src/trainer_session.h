@@ -100,7 +100,7 @@ class TrainerSession {
   // Sends d(loss)/d(output) of every feature of the last training lookup
   // (shapes as Lookup gave them); the next Lookup or Finish waits for the
   // servers to take it.
-  Status Push(FeatureOutputs grads);
+  Status Push(const FeatureGrads& grads);
   // Adds a step's summed loss over `examples` to the progress the master
   // shows and to the metrics' loss (optional).
   void RecordLoss(double loss_sum, int64_t examples);
@@ -139,7 +139,7 @@ class TrainerSession {
   StatusOr<std::string> SaveState();
   // After the step's push: its data-parallel rows' gradients, summed over
   // the trainers, through the tables' optimizers.
-  Status StepLocalTables(const FeatureOutputs& grads);
+  Status StepLocalTables(const FeatureGrads& grads);
   // After a barrier at which the servers changed (`why`): joins the next
   // generation. One that starts at an earlier step is a rollback: entered,
   // and reported as an error until FollowRollback.
