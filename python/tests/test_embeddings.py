@@ -359,6 +359,41 @@ def test_a_checkpoint_keeps_the_trainers_state_and_a_resumed_job_starts_from_it(
     assert resumed.wait_master() == 0, resumed.log("master")
 
 
+def test_a_checkpoint_with_the_bare_bytes_of_save_state_still_resumes(tmp_path, local_job):
+    """Python jobs' checkpoints kept save_state's bytes alone until the
+    trainer state became a param file (data-parallel rows beside them): such
+    a checkpoint resumes with its bytes, or, for a job with data-parallel
+    tables, which it cannot hold, fails with a clear error."""
+    for dp in (False, True):
+        config = job_config(f"python_bare_state_{int(dp)}")
+        config["tables"] = [t for t in config["tables"] if t["pooling"] == "SUM" and
+                            t["sharding_type"] in (("table_wise", "data_parallel") if dp else ("table_wise",))]
+        d = tmp_path / f"dp{int(dp)}"
+        config["checkpoint"] = {"dir": str(d / "ckpt"), "every_steps": 4, "keep": 1}
+        job = local_job(config, num_ps=1)
+        with tessera.init(master=job.address, insecure=True, save_state=lambda: b"new") as session:
+            train_steps(session, tt.RemoteEmbeddings(session), 5, seed=3)
+        assert job.wait_master() == 0, job.log("master")
+        # Made as such a checkpoint was: the bytes alone, and a manifest
+        # from before the trainer state's size and checksum were recorded.
+        ckpt = d / "ckpt" / "ckpt-000000000004"
+        (ckpt / "trainer.params").write_bytes(b"bare bytes of an older checkpoint")
+        manifest = json.loads((ckpt / "manifest.json").read_text())
+        del manifest["trainer_state_bytes"], manifest["trainer_state_checksum"]
+        (ckpt / "manifest.json").write_text(json.dumps(manifest))
+        resumed = local_job(config, num_ps=1, master_flags=["--resume"])
+        if not dp:
+            with tessera.init(master=resumed.address, insecure=True) as session:
+                assert session.start_step == 4
+                assert session.start_state == b"bare bytes of an older checkpoint"
+                train_steps(session, tt.RemoteEmbeddings(session), 1, seed=4)
+            assert resumed.wait_master() == 0, resumed.log("master")
+        else:
+            with pytest.raises(tessera.TesseraError, match="lacks the rows of the job's data-parallel tables"):
+                tessera.init(master=resumed.address, insecure=True)
+            assert resumed.wait_master() != 0
+
+
 def test_prefetch_in_a_sync_job_gives_the_rows_of_a_job_without(local_job):
     # A prefetched lookup of step t+1 waits at the servers until step t is
     # applied: the rows it brings are the updated ones, bit for bit.
