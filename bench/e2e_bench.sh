@@ -90,9 +90,7 @@ tessera_run() {  # workload [python] -> examples/s
   local w="$1" ps=1 cfg="$OUT/$1.json" run="$OUT/tessera_$1" trainer=()
   if [ "${2:-}" = python ]; then
     run="$OUT/tessera_py_$1"
-    local port
-    port="$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-    trainer=(--trainer_cmd "$ROOT/examples/dlrm_criteo.py" --trainer_flags "--dist_init tcp://127.0.0.1:$port")
+    trainer=(--trainer_cmd "$ROOT/examples/dlrm_criteo.py")
   fi
   [ "$w" = w2 ] && ps=2
   python3 - "$ROOT/bench/configs/$w.json" "$cfg" "$((STEPS + 20))" "$MODE" "$PREFETCH" <<'PY'

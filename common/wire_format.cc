@@ -41,6 +41,7 @@ const char* OpcodeName(Opcode op) {
     case Opcode::kStoreGet: return "STORE_GET";
     case Opcode::kCommand: return "COMMAND";
     case Opcode::kCheckpointBarrier: return "CHECKPOINT_BARRIER";
+    case Opcode::kStoreAdd: return "STORE_ADD";
     case Opcode::kCreateShards: return "CREATE_SHARDS";
     case Opcode::kShutdown: return "SHUTDOWN";
     case Opcode::kDumpShards: return "DUMP_SHARDS";

@@ -49,6 +49,7 @@ enum class Opcode : uint16_t {
   kStoreGet = 6,
   kCommand = 7,
   kCheckpointBarrier = 8,
+  kStoreAdd = 9,
   // Control plane, parameter-server side.
   kCreateShards = 20,
   kShutdown = 21,

@@ -35,7 +35,6 @@ import json
 import os
 import signal
 import time
-import urllib.parse
 
 import numpy as np
 import torch
@@ -170,21 +169,14 @@ class ProcessGroup:
     """The trainers' torch.distributed group, built again for every
     generation of the job: after a rollback a peer may be new, or still
     waiting in a collective of the old group (which fails once this side
-    leaves it). Rank 0 serves the rendezvous store (a TCPStore at
-    --dist_init) for its whole life, each generation under its own prefix;
-    the other ranks connect to it anew each generation, so a rank 0 that was
-    lost and replaced serves them again."""
+    leaves it). The ranks meet in the master's rendezvous store
+    (tessera.torch.Store: the job's trainers' alone, over its keys; no
+    TCPStore port for anyone to reach), each generation under its own
+    prefix."""
 
-    def __init__(self, dist_init, rank, world):
-        url = urllib.parse.urlparse(dist_init)
-        if url.scheme != "tcp" or not url.hostname or not url.port:
-            raise ValueError(f"--dist_init must be tcp://HOST:PORT, not {dist_init!r}")
-        self.host, self.port, self.rank, self.world = url.hostname, url.port, rank, world
-        self.store = self._store() if rank == 0 else None
-
-    def _store(self):
-        return dist.TCPStore(self.host, self.port, None, self.rank == 0, timeout=datetime.timedelta(seconds=300),
-                             wait_for_workers=False)
+    def __init__(self, session):
+        self.store = tt.Store(session)
+        self.rank, self.world = session.rank, session.world
 
     def join(self, generation, timeout_s):
         if dist.is_initialized():
@@ -192,13 +184,11 @@ class ProcessGroup:
         # The old group's sockets close only once nothing holds it (the caller dropped its DDP): a peer stuck
         # in one of its collectives then fails at once instead of at the timeout.
         gc.collect()
-        if self.rank != 0:
-            self.store = self._store()
         dist.init_process_group("gloo", store=dist.PrefixStore(f"generation-{generation}", self.store),
                                 rank=self.rank, world_size=self.world, timeout=datetime.timedelta(seconds=timeout_s))
 
 
-def train(session, rank, world, dist_init=None, metrics_file=None, log=print, dense_state=None):
+def train(session, rank, world, metrics_file=None, log=print, dense_state=None):
     job = session.job
     training = job["training"]
     ebc = tt.EmbeddingBagCollection(session)
@@ -211,7 +201,7 @@ def train(session, rank, world, dist_init=None, metrics_file=None, log=print, de
     state = dense_state or DenseState()
     state.model, state.opt = model, opt
     state.restore(session.start_state, initial)
-    group = ProcessGroup(dist_init, rank, world) if world > 1 else None
+    group = ProcessGroup(session) if world > 1 else None
 
     def dense_of_generation():
         if group is None:
@@ -308,7 +298,6 @@ def main():
     p.add_argument("--world", type=int, default=1)
     p.add_argument("--keys", help="the job's key folder")
     p.add_argument("--insecure", action="store_true")
-    p.add_argument("--dist_init", default="tcp://127.0.0.1:29500", help="torch.distributed's rendezvous (world > 1)")
     p.add_argument("--metrics_file", help="per-step metrics as JSON lines")
     p.add_argument("--metrics_port", type=int, default=None,
                    help="serve Prometheus metrics on this port, as the C++ trainer's flag (0: any free port)")
@@ -332,7 +321,7 @@ def main():
                       metrics_address=args.metrics_address, save_state=dense_state.save) as session:
         if session.metrics_url:
             print(f"trainer {args.rank}: metrics at {session.metrics_url}", flush=True)
-        result, _ = train(session, args.rank, args.world, args.dist_init, args.metrics_file,
+        result, _ = train(session, args.rank, args.world, args.metrics_file,
                           dense_state=dense_state)
         session.finish(eval=result.get("eval"))
 

@@ -23,11 +23,10 @@ if ! ls "$BUILD"/python/tessera/_tessera*.so >/dev/null 2>&1; then
   echo "run_dlrm_criteo: no Python extension in $BUILD/python/tessera: run scripts/build.sh first" >&2
   exit 1
 fi
-# torch.distributed's rendezvous for the trainers' DDP: a free port.
-PORT="$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+# The trainers' DDP meets in the master's store (tessera.torch.Store): no port of its own.
 PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" "$ROOT/scripts/launch_local.sh" --ps 2 --trainers 2 \
   --config "$CONFIG" --run_dir "$RUN_DIR" --trainer_cmd "$ROOT/examples/dlrm_criteo.py" \
-  --trainer_flags "--dist_init tcp://127.0.0.1:$PORT --metrics_port 0" -- "$@"
+  --trainer_flags "--metrics_port 0" -- "$@"
 /usr/bin/python3 -c "
 import json, sys
 s = json.load(open('$RUN_DIR/summary.json'))

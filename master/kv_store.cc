@@ -1,5 +1,7 @@
 #include "master/kv_store.h"
 
+#include <charconv>
+
 namespace tessera {
 
 namespace {
@@ -18,6 +20,27 @@ void KvStore::Set(const std::string& key, std::string value) {
   // Replying only queues the message for the I/O thread: fine under the lock.
   for (Responder& r : it->second) r.Reply(ValueReply(r.request_header(), v));
   waiters_.erase(it);
+}
+
+StatusOr<int64_t> KvStore::Add(const std::string& key, int64_t delta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t count = 0;
+  if (auto it = values_.find(key); it != values_.end()) {
+    const std::string& v = it->second;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), count);
+    if (ec != std::errc() || end != v.data() + v.size()) {
+      return Status::InvalidArgument("store add " + key + ": its value is not a counter");
+    }
+  }
+  if (__builtin_add_overflow(count, delta, &count)) {
+    return Status::InvalidArgument("store add " + key + ": the counter would overflow");
+  }
+  const std::string& v = values_[key] = std::to_string(count);
+  if (auto it = waiters_.find(key); it != waiters_.end()) {
+    for (Responder& r : it->second) r.Reply(ValueReply(r.request_header(), v));
+    waiters_.erase(it);
+  }
+  return count;
 }
 
 void KvStore::Get(const std::string& key, Responder responder) {

@@ -19,6 +19,11 @@ class KvStore {
   // Answers now with the value, or when the key is set. The caller's
   // deadline bounds the wait (a reply after it is dropped by the client).
   void Get(const std::string& key, Responder responder);
+  // Adds `delta` to the counter at `key` (its value as decimal text, 0 when
+  // unset), answers the gets waiting for it, and returns the new count; a
+  // value that is not such a counter, or an overflow, is INVALID_ARGUMENT
+  // and changes nothing.
+  StatusOr<int64_t> Add(const std::string& key, int64_t delta);
   // Answers every waiting get with `status` (the job ended).
   void FailWaiters(const Status& status);
 
@@ -29,6 +34,8 @@ class KvStore {
 };
 
 // Wire form: StoreSet := Header Key Value; StoreGet := Header Key;
-// StoreGet reply := Header Value. Key is UTF-8 text, Value raw bytes.
+// StoreGet reply := Header Value; StoreAdd := Header Key Delta (int64,
+// little-endian), its reply := Header Value (the new count, decimal text).
+// Key is UTF-8 text, Value raw bytes.
 
 }  // namespace tessera

@@ -2,6 +2,7 @@
 // the rendezvous store. They run on the RPC server's I/O thread, so each only
 // takes the lock, updates membership and answers (or parks the answer).
 #include <algorithm>
+#include <cstring>
 
 #include <glog/logging.h>
 
@@ -26,7 +27,7 @@ Role RegisteringRole(const RegisterRequest& req) { return req.role == "ps" ? Rol
 
 void Master::Handle(Message&& m, Responder r) {
   const Opcode op = m.header.op;
-  if (op == Opcode::kStoreSet || op == Opcode::kStoreGet) {
+  if (op == Opcode::kStoreSet || op == Opcode::kStoreGet || op == Opcode::kStoreAdd) {
     // The trainers' rendezvous (Gloo's peers' addresses): theirs alone.
     bool trainer;
     {
@@ -38,7 +39,7 @@ void Master::Handle(Message&& m, Responder r) {
                                             "registered trainer's: refused"));
       return;
     }
-    if (m.frames.empty() || m.frames.size() > 2 || (op == Opcode::kStoreSet) != (m.frames.size() == 2)) {
+    if (m.frames.empty() || m.frames.size() > 2 || (op != Opcode::kStoreGet) != (m.frames.size() == 2)) {
       r.ReplyError(Status::InvalidArgument("store request: expected Key [Value] frames"));
       return;
     }
@@ -46,6 +47,21 @@ void Master::Handle(Message&& m, Responder r) {
     if (op == Opcode::kStoreSet) {
       store_.Set(key, m.frames[1].to_string());
       r.ReplyOk();
+    } else if (op == Opcode::kStoreAdd) {
+      if (m.frames[1].size() != sizeof(int64_t)) {
+        r.ReplyError(Status::InvalidArgument("store add: the delta is an 8-byte integer"));
+        return;
+      }
+      int64_t delta = 0;
+      std::memcpy(&delta, m.frames[1].data(), sizeof(delta));  // little-endian, as every integer on the wire
+      StatusOr<int64_t> count = store_.Add(key, delta);
+      if (!count.ok()) {
+        r.ReplyError(count.status());
+        return;
+      }
+      Message reply = MakeReply(m.header);
+      reply.AddString(std::to_string(*count));
+      r.Reply(std::move(reply));
     } else {
       store_.Get(key, std::move(r));
     }

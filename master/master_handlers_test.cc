@@ -8,9 +8,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -234,6 +236,74 @@ TEST(MasterHandlersTest, MembersSpeakOnlyForThemselvesAndOnlyTheOperatorCommands
   operator_client.reset();
   m->client.reset();
   std::filesystem::remove_all(dir);
+}
+
+// STORE_ADD: a counter at the master (torch.distributed's store.add, for
+// Python trainers' process groups), the registered trainers' alone.
+TEST(MasterHandlersTest, StoreAddCountsAtomicallyAndWakesReaders) {
+  JobConfig job;
+  job.cluster.num_ps = 1;
+  job.cluster.num_trainers = 2;
+  auto m = StartServingMaster(job);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto call = [&](Message request) { return m->client->CallSync(m->peer, std::move(request), milliseconds(5000)); };
+  auto add = [&](const std::string& key, int64_t delta, size_t delta_bytes = sizeof(int64_t)) {
+    Message a(Opcode::kStoreAdd);
+    a.AddString(key);
+    a.frames.emplace_back(&delta, delta_bytes);
+    return call(std::move(a));
+  };
+  // Not yet a registered trainer's connection: refused, nothing counted.
+  EXPECT_EQ(add("count", 5).status().code(), StatusCode::kPermissionDenied);
+  ASSERT_TRUE(call(EncodeJson(Opcode::kRegister, {{"role", "trainer"}, {"rank", 0}, {"world", 2}})).ok());
+
+  // A reader waiting for the key is answered by the first add.
+  Message get(Opcode::kStoreGet);
+  get.AddString("count");
+  RpcFuture waiting = m->client->Call(m->peer, std::move(get), milliseconds(5000));
+  auto first = add("count", 2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->frames.at(0).to_string(), "2");
+  auto woken = waiting.Wait();
+  ASSERT_TRUE(woken.ok()) << woken.status();
+  EXPECT_EQ(woken->frames.at(0).to_string(), "2");
+
+  // Adds from threads at once: each counted once.
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10; ++i) EXPECT_TRUE(add("count", 1).ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  auto now = add("count", 0);
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(now->frames.at(0).to_string(), "82");
+  auto down = add("count", -100);
+  ASSERT_TRUE(down.ok());
+  EXPECT_EQ(down->frames.at(0).to_string(), "-18");
+
+  // Bad adds are refused and change nothing: a delta of another size, a
+  // key whose value is not a counter, an overflow.
+  EXPECT_EQ(add("count", 1, 4).status().code(), StatusCode::kInvalidArgument);
+  Message set(Opcode::kStoreSet);
+  set.AddString("text");
+  set.AddString("not a number");
+  ASSERT_TRUE(call(std::move(set)).ok());
+  EXPECT_EQ(add("text", 1).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(add("big", std::numeric_limits<int64_t>::max()).ok());
+  EXPECT_EQ(add("big", 1).status().code(), StatusCode::kInvalidArgument);
+  Message no_delta(Opcode::kStoreAdd);
+  no_delta.AddString("count");
+  EXPECT_EQ(call(std::move(no_delta)).status().code(), StatusCode::kInvalidArgument);
+  auto after = add("count", 0);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->frames.at(0).to_string(), "-18");
+  Message text(Opcode::kStoreGet);
+  text.AddString("text");
+  auto kept = call(std::move(text));
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->frames.at(0).to_string(), "not a number");
 }
 
 }  // namespace

@@ -23,6 +23,9 @@ class MasterStore final : public Store {
   // The master answers when the key is set; after `timeout` the call ends
   // with DeadlineExceeded, naming the key.
   StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override;
+  // Adds `delta` to the counter at `key` (0 when unset) and returns the new
+  // count, atomically at the master (torch.distributed's store.add).
+  StatusOr<int64_t> Add(const std::string& key, int64_t delta);
 
  private:
   RpcClient* client_;

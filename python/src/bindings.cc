@@ -180,6 +180,45 @@ class PySession {
     return d;
   }
 
+  // The master's rendezvous store, for the program's own process group
+  // (tessera.torch.Store).
+  void StoreSet(const std::string& key, const py::bytes& value) {
+    std::string v = value;
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = session_->StoreSet(key, std::move(v));
+    }
+    Check(st);
+  }
+
+  py::bytes StoreGet(const std::string& key, double timeout_s) {
+    if (!(timeout_s >= 0)) throw py::value_error("timeout_s must be >= 0");
+    std::string value;
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      auto v = session_->StoreGet(key, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+      st = v.status();
+      if (v.ok()) value = std::move(*v);
+    }
+    Check(st);
+    return py::bytes(value);
+  }
+
+  int64_t StoreAdd(const std::string& key, int64_t delta) {
+    int64_t count = 0;
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      auto v = session_->StoreAdd(key, delta);
+      st = v.status();
+      if (v.ok()) count = *v;
+    }
+    Check(st);
+    return count;
+  }
+
   TrainerSession& session() { return *session_; }
 
  private:
@@ -243,6 +282,12 @@ PYBIND11_MODULE(_tessera, m) {
       .def("prefetch", &PySession::Prefetch, py::arg("keys"), py::arg("batch_size"), py::arg("lengths"),
            py::arg("values"), py::arg("weights") = py::none(),
            "Sends the next step's lookup now (async jobs); the next training lookup must be of this batch.")
+      .def("store_set", &PySession::StoreSet, py::arg("key"), py::arg("value"),
+           "Sets `key` in the master's rendezvous store (the job's trainers' alone, over its keys)")
+      .def("store_get", &PySession::StoreGet, py::arg("key"), py::arg("timeout_s"),
+           "The value of `key` in the master's rendezvous store, waiting up to timeout_s for some trainer to set it")
+      .def("store_add", &PySession::StoreAdd, py::arg("key"), py::arg("delta"),
+           "Adds delta to the counter at `key` in the master's rendezvous store (0 when unset); the new count")
       .def("push", &PySession::Push, py::arg("grads"),
            "Sends the output gradients of the last training lookup (float32, the lookup's shapes).")
       .def(

@@ -7,7 +7,6 @@
 
 #include "common/net_address.h"
 #include "common/param_file.h"
-#include "trainer/master_store.h"
 
 namespace tessera {
 
@@ -68,8 +67,11 @@ Status TrainerSession::Enter(const TrainerMember::GenerationStart& start, bool r
     }
     local_ = std::make_unique<DataParallelTables>(std::move(local));
     collective_.reset();  // a trainer may be a new process: the collective meets again
-    store_.reset();
     start_state_ = std::move(user_state);
+  }
+  if (store_ == nullptr) {
+    store_ = std::make_unique<MasterStore>(member_->client(), member_->master_peer(),
+                                           std::chrono::milliseconds(job.runtime.rpc_timeout_ms));
   }
   job_ = std::move(job);
   generation_ = start.info.generation;
@@ -241,11 +243,23 @@ Status TrainerSession::StepLocalTables(const FeatureGrads& grads) {
       TESSERA_ASSIGN_OR_RETURN(go.host, AdvertisedHost(options_.host, "", options_.master));
       go.prefix = "gloo/" + job_.name + "/g" + std::to_string(generation_);
       go.timeout = std::chrono::milliseconds(job_.runtime.collective_timeout_ms);
-      store_ = std::make_unique<MasterStore>(member_->client(), member_->master_peer(), go.timeout);
       TESSERA_ASSIGN_OR_RETURN(collective_, NewGlooCollective(go, store_.get()));
     }
   }
   return local_->Step(collective_.get());
+}
+
+// The program's keys live under "user/", apart from the session's own.
+Status TrainerSession::StoreSet(const std::string& key, std::string value) {
+  return store_->Set("user/" + key, std::move(value));
+}
+
+StatusOr<std::string> TrainerSession::StoreGet(const std::string& key, std::chrono::milliseconds timeout) {
+  return store_->Get("user/" + key, timeout);
+}
+
+StatusOr<int64_t> TrainerSession::StoreAdd(const std::string& key, int64_t delta) {
+  return store_->Add("user/" + key, delta);
 }
 
 Status TrainerSession::Lookup(const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* out) {

@@ -23,11 +23,11 @@
 #include "common/job_config.h"
 #include "common/keyed_jagged_tensor.h"
 #include "common/status.h"
-#include "common/store.h"
 #include "python/src/session_metrics.h"
 #include "trainer/collective.h"
 #include "trainer/data_parallel_tables.h"
 #include "trainer/embedding_client.h"
+#include "trainer/master_store.h"
 #include "trainer/trainer_member.h"
 
 namespace tessera {
@@ -104,6 +104,14 @@ class TrainerSession {
   // Adds a step's summed loss over `examples` to the progress the master
   // shows and to the metrics' loss (optional).
   void RecordLoss(double loss_sum, int64_t examples);
+  // The master's rendezvous store, for the program's own collectives (its
+  // torch.distributed group: tessera.torch.Store): the job's trainers alone
+  // reach it, over the job's keys. Keys are the program's (kept apart from
+  // Tessera's own). StoreGet waits for the key up to `timeout`; StoreAdd
+  // adds to a counter (0 when unset) and returns the new count.
+  Status StoreSet(const std::string& key, std::string value);
+  StatusOr<std::string> StoreGet(const std::string& key, std::chrono::milliseconds timeout);
+  StatusOr<int64_t> StoreAdd(const std::string& key, int64_t delta);
   // The metrics endpoint's URL, or "" when metrics_port was -1.
   std::string metrics_url() const { return metrics_->url(); }
 
@@ -164,7 +172,7 @@ class TrainerSession {
   // collective that sums their gradients (opened at their first step of a
   // generation that rolled back or began; null without such tables).
   std::unique_ptr<DataParallelTables> local_;
-  std::unique_ptr<Store> store_;
+  std::unique_ptr<MasterStore> store_;  // made at the first generation; kept
   std::unique_ptr<Collective> collective_;
   KeyedJaggedTensor local_kjt_;  // the last training batch, for the tables' backward
   std::vector<int> dims_;

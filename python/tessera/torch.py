@@ -403,3 +403,56 @@ def _check_tables(tables, job_tables):
         if diff:
             raise ValueError(f"table '{name}' differs from the job's: " +
                              ", ".join(f"{k} {g!r} here, {w!r} in the job" for k, (g, w) in diff.items()))
+
+
+def _make_store_class():
+    import datetime
+    import torch.distributed as dist
+
+    class Store(dist.Store):
+        """torch.distributed's Store over the master's rendezvous store, for
+        the program's own process group (DDP's): only the job's trainers
+        reach it, over the job's keys, so unlike a TCPStore no port of the
+        trainer listens for anyone and no stranger can join or disturb the
+        rendezvous. Keys are the program's, apart from Tessera's own.
+
+            store = tessera.torch.Store(session)
+            dist.init_process_group("gloo", store=dist.PrefixStore(f"g{session.generation}", store),
+                                    rank=session.rank, world_size=session.world)
+
+        set, get (waiting up to `timeout` for a key), add (a counter, atomic
+        at the master) and wait are what torch's process groups use; the
+        rest raise NotImplementedError."""
+
+        def __init__(self, session, timeout=datetime.timedelta(seconds=300)):
+            super().__init__()
+            self._session = session
+            self._timeout_s = timeout.total_seconds()
+
+        def set(self, key, value):
+            self._session.store_set(key, value if isinstance(value, bytes) else str(value).encode())
+
+        def get(self, key):
+            return self._session.store_get(key, self._timeout_s)
+
+        def add(self, key, delta):
+            return self._session.store_add(key, int(delta))
+
+        def wait(self, keys, timeout=None):
+            seconds = self._timeout_s if timeout is None else timeout.total_seconds()
+            for key in keys:
+                self._session.store_get(key, seconds)
+
+        def _unsupported(self, *args):
+            raise NotImplementedError("tessera.torch.Store offers set, get, add and wait")
+
+        check = compare_set = delete_key = num_keys = _unsupported
+
+    return Store
+
+
+try:
+    Store = _make_store_class()
+    __all__.append("Store")
+except (ImportError, AttributeError):  # a torch without torch.distributed
+    pass

@@ -198,6 +198,17 @@ def test_a_dead_server_raises_instead_of_hanging(local_job):
         session.finish()
 
 
+def run_ranks(trainer, errors, world=2):
+    """trainer(rank) for each rank in threads of this process, at most 60 s;
+    each appends what it raised to `errors`, asserted empty here."""
+    threads = [threading.Thread(target=trainer, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+
+
 def test_two_trainers_in_sync_mode_see_each_others_updates(local_job):
     config = job_config("python_two_trainers")
     config["tables"] = config["tables"][:4]  # one of each pooling, table-wise
@@ -218,12 +229,7 @@ def test_two_trainers_in_sync_mode_see_each_others_updates(local_job):
         except Exception as e:  # noqa: BLE001 - reported below, in the test's thread
             errors.append(e)
 
-    threads = [threading.Thread(target=trainer, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errors, errors
+    run_ranks(trainer, errors)
     for rank in range(2):
         before, after = results[rank]
         other = 1 - rank
@@ -231,6 +237,55 @@ def test_two_trainers_in_sync_mode_see_each_others_updates(local_job):
             # Each trainer sees its own update and the other's.
             assert (results[other][1][f] - after[f]).abs().max().item() == 0, f
             assert (before[f][rank] - after[f][rank]).abs().max().item() > 0, f
+    assert job.wait_master() == 0, job.log("master")
+
+
+def test_the_store_for_the_programs_process_group(local_job):
+    """tessera.torch.Store: the master's rendezvous store as torch's, shared
+    by the job's trainers: gets wait for a key, adds count atomically, a key
+    never set times out with its name, and torch's Gloo group meets there."""
+    import datetime
+    import torch.distributed as dist
+    config = job_config("python_store")
+    config["tables"] = config["tables"][:1]
+    job = local_job(config, num_ps=1, num_trainers=2)
+    errors, sums = [], {}
+
+    def trainer(rank):
+        try:
+            with tessera.init(master=job.address, rank=rank, world=2, insecure=True) as session:
+                store = tt.Store(session, timeout=datetime.timedelta(seconds=20))
+                assert isinstance(store, dist.Store)
+                if rank == 1:
+                    time.sleep(0.3)  # rank 0's get waits for it
+                    store.set("hello", b"from 1")
+                else:
+                    assert store.get("hello") == b"from 1"
+                for _ in range(5):
+                    store.add("counter", rank + 1)
+                store.wait(["hello"])
+                quick = tt.Store(session, timeout=datetime.timedelta(seconds=0.2))
+                try:
+                    quick.get(f"never set by {rank}")
+                    raise AssertionError("a key never set was read")
+                except RuntimeError as e:
+                    assert f"never set by {rank}" in str(e), e
+                # A process group of the program's own, over it.
+                pg = dist.ProcessGroupGloo(dist.PrefixStore("pg", store), rank, 2, datetime.timedelta(seconds=20))
+                t = torch.full((3,), float(rank + 1))
+                pg.allreduce([t]).wait()
+                sums[rank] = (t, store.add("counter", 0))
+                emb = tt.RemoteEmbeddings(session)
+                kjt = tt.KeyedJaggedTensor(emb.features, torch.zeros(1, dtype=torch.int64),
+                                           torch.ones(1, dtype=torch.int32))
+                sum(o.sum() for o in emb(kjt).values()).backward()
+        except Exception as e:  # noqa: BLE001 - reported below, in the test's thread
+            errors.append(e)
+
+    run_ranks(trainer, errors)
+    for rank in range(2):
+        assert torch.equal(sums[rank][0], torch.full((3,), 3.0))
+        assert sums[rank][1] == 15  # 5 x 1 + 5 x 2, after both added (the allreduce ordered it)
     assert job.wait_master() == 0, job.log("master")
 
 
@@ -479,17 +534,12 @@ def run_two_python_trainers(job, tmp, during=None, cpp=False):
     """examples/dlrm_criteo.py as trainers 0 and 1 of `job` (DDP over Gloo),
     or with cpp=True the C++ trainer; during(metrics_file_of_rank_0) runs
     while they train."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     procs = []
     try:
         for r in range(2):
             log = open(tmp / f"trainer{r}.log", "wb")
-            program = ([str(BUILD / "trainer" / "tessera_trainer")] if cpp else
-                       [sys.executable, EXAMPLE, "--dist_init", f"tcp://127.0.0.1:{port}"])
+            program = [str(BUILD / "trainer" / "tessera_trainer")] if cpp else [sys.executable, EXAMPLE]
             procs.append(subprocess.Popen(
                 program + ["--master", job.address, "--insecure", "--rank", str(r), "--world", "2",
                            "--metrics_file", str(tmp / f"trainer{r}.jsonl")],
@@ -673,11 +723,9 @@ def test_a_lost_python_trainer_is_replaced_and_the_job_ends_bit_for_bit(tmp_path
     of its rank started: the master rolls the job back to the newest
     checkpoint, the survivor follows (its collective with the lost peer
     fails, follow_rollback), the replacement starts there from the
-    checkpoint's state (rank 0's rendezvous store served anew when rank 0
-    was the one lost), and the job ends with the undisturbed run's tables
+    checkpoint's state, and the job ends with the undisturbed run's tables
     and losses. A stopped trainer woken (SIGCONT) once the job has rolled
     back is fenced: it ends with an error and changes nothing."""
-    import socket
     kill_after = seeded_kill_step(1 + victim + (2 if fault == "stop" else 0), f"trainer {victim}")
     config = dlrm_job("python_ddp_lost_trainer", steps=300)
     config["runtime"] = {"heartbeat_ms": 100, "peer_timeout_ms": 2000, "rpc_timeout_ms": 10000,
@@ -688,16 +736,13 @@ def test_a_lost_python_trainer_is_replaced_and_the_job_ends_bit_for_bit(tmp_path
         d = tmp_path / name
         d.mkdir()
         job = checkpointed_job(local_job, config, d)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         procs = {}
 
         def start(rank, tag):
             log = open(d / f"trainer{rank}{tag}.log", "wb")
             procs[(rank, tag)] = subprocess.Popen(
                 [sys.executable, EXAMPLE, "--master", job.address, "--insecure", "--rank", str(rank), "--world", "2",
-                 "--dist_init", f"tcp://127.0.0.1:{port}", "--metrics_file", str(d / f"trainer{rank}{tag}.jsonl")],
+                 "--metrics_file", str(d / f"trainer{rank}{tag}.jsonl")],
                 stdout=log, stderr=subprocess.STDOUT, env=env)
 
         try:
