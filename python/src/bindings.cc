@@ -244,6 +244,12 @@ PYBIND11_MODULE(_tessera, m) {
   }
   tessera::g_tessera_error = py::exception<std::runtime_error>(m, "TesseraError", PyExc_RuntimeError).inc_ref().ptr();
   tessera::BindData(m);
+  // pybind11 sets up its numpy API (an import of numpy's core) in a
+  // function-local static on first use, holding a C++ guard while it waits
+  // for the GIL: two threads' first calls at once (two sessions, one per
+  // thread) could deadlock, one holding the guard, the other the GIL. Set
+  // it up now, while the import holds the GIL alone.
+  (void)py::dtype::of<float>();
 
   py::class_<PySession>(m, "Session")
       .def(py::init<const std::string&, int, int, const std::string&, bool, int64_t, py::object, int,
