@@ -14,6 +14,10 @@ Message ValueReply(const Header& request, const std::string& value) {
 
 void KvStore::Set(const std::string& key, std::string value) {
   std::lock_guard<std::mutex> lock(mu_);
+  StoreLocked(key, std::move(value));
+}
+
+void KvStore::StoreLocked(const std::string& key, std::string value) {
   const std::string& v = values_[key] = std::move(value);
   auto it = waiters_.find(key);
   if (it == waiters_.end()) return;
@@ -35,11 +39,7 @@ StatusOr<int64_t> KvStore::Add(const std::string& key, int64_t delta) {
   if (__builtin_add_overflow(count, delta, &count)) {
     return Status::InvalidArgument("store add " + key + ": the counter would overflow");
   }
-  const std::string& v = values_[key] = std::to_string(count);
-  if (auto it = waiters_.find(key); it != waiters_.end()) {
-    for (Responder& r : it->second) r.Reply(ValueReply(r.request_header(), v));
-    waiters_.erase(it);
-  }
+  StoreLocked(key, std::to_string(count));
   return count;
 }
 

@@ -28,6 +28,9 @@ class KvStore {
   void FailWaiters(const Status& status);
 
  private:
+  // Sets the value and answers the gets waiting for it. REQUIRES: mu_ held.
+  void StoreLocked(const std::string& key, std::string value);
+
   std::mutex mu_;
   std::map<std::string, std::string> values_;               // GUARDED_BY(mu_)
   std::map<std::string, std::vector<Responder>> waiters_;   // GUARDED_BY(mu_)

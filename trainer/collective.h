@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 
+#include "common/job_config.h"
 #include "common/status.h"
 #include "common/store.h"
 
@@ -43,6 +44,11 @@ struct GlooCollectiveOptions {
   // each allreduce: a missing or dead peer gives an error, never a hang.
   std::chrono::milliseconds timeout{120000};
 };
+
+// Trainer `rank` of `world` in a job's generation `generation`: the job's
+// collective timeout, and keys of that generation's own, so a rebuilt
+// collective never reads the addresses of the one it replaces.
+GlooCollectiveOptions JobGlooOptions(const JobConfig& job, int64_t generation, int rank, int world, std::string host);
 
 // The ranks meet through `store` (DESIGN.md §5): the master's store in a job
 // (trainer/master_store.h), a MemoryStore shared by ranks that are threads of

@@ -107,6 +107,16 @@ class GlooCollective final : public Collective {
 
 std::unique_ptr<Collective> NewLocalCollective() { return std::make_unique<LocalCollective>(); }
 
+GlooCollectiveOptions JobGlooOptions(const JobConfig& job, int64_t generation, int rank, int world, std::string host) {
+  GlooCollectiveOptions o;
+  o.rank = rank;
+  o.world = world;
+  o.host = std::move(host);
+  o.prefix = "gloo/" + job.name + "/g" + std::to_string(generation);
+  o.timeout = std::chrono::milliseconds(job.runtime.collective_timeout_ms);
+  return o;
+}
+
 StatusOr<std::unique_ptr<Collective>> NewGlooCollective(const GlooCollectiveOptions& options, Store* store) {
   if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
     return Status::InvalidArgument("Gloo collective: rank must be in [0, world)");

@@ -1,8 +1,7 @@
 #include "trainer/master_store.h"
 
-#include <charconv>
-
 #include "common/messages.h"
+#include "trainer/text_fields.h"
 
 namespace tessera {
 
@@ -22,10 +21,8 @@ StatusOr<int64_t> MasterStore::Add(const std::string& key, int64_t delta) {
   auto reply = client_->CallSync(master_peer_, std::move(m), set_timeout_);
   if (!reply.ok()) return reply.status().WithContext("store add " + key);
   if (reply->frames.size() != 1) return Status::DataLoss("store add " + key + ": malformed reply");
-  const std::string text = reply->frames[0].to_string();
   int64_t count = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), count);
-  if (ec != std::errc() || end != text.data() + text.size()) {
+  if (!ParseInteger(reply->frames[0].to_string(), &count)) {
     return Status::DataLoss("store add " + key + ": the reply is not a count");
   }
   return count;

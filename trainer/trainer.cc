@@ -235,15 +235,9 @@ StatusOr<std::unique_ptr<Collective>> Trainer::OpenCollective(const JobConfig& j
 }
 
 StatusOr<std::unique_ptr<Collective>> Trainer::OpenGlooCollective(const JobConfig& job) {
-  GlooCollectiveOptions go;
-  go.rank = member_->rank();
-  go.world = member_->world();
-  go.host = options_.host;
-  // Each generation meets under its own keys: a rebuilt collective never
-  // reads the addresses of the one it replaces.
-  go.prefix = "gloo/" + job.name + "/g" + std::to_string(member_->running_generation());
-  go.timeout = milliseconds(job.runtime.collective_timeout_ms);
-  return NewGlooCollective(go, store_.get());
+  return NewGlooCollective(
+      JobGlooOptions(job, member_->running_generation(), member_->rank(), member_->world(), options_.host),
+      store_.get());
 }
 
 #if defined(TESSERA_HAVE_NCCL)

@@ -236,14 +236,11 @@ Status TrainerSession::StepLocalTables(const FeatureGrads& grads) {
       collective_ = NewLocalCollective();
     } else {
       // As the C++ trainers' Gloo (trainer.cc): the ranks meet in the
-      // master's store, under keys of this generation.
-      GlooCollectiveOptions go;
-      go.rank = member_->rank();
-      go.world = member_->world();
-      TESSERA_ASSIGN_OR_RETURN(go.host, AdvertisedHost(options_.host, "", options_.master));
-      go.prefix = "gloo/" + job_.name + "/g" + std::to_string(generation_);
-      go.timeout = std::chrono::milliseconds(job_.runtime.collective_timeout_ms);
-      TESSERA_ASSIGN_OR_RETURN(collective_, NewGlooCollective(go, store_.get()));
+      // master's store.
+      TESSERA_ASSIGN_OR_RETURN(std::string host, AdvertisedHost(options_.host, "", options_.master));
+      TESSERA_ASSIGN_OR_RETURN(collective_, NewGlooCollective(JobGlooOptions(job_, generation_, member_->rank(),
+                                                                             member_->world(), std::move(host)),
+                                                              store_.get()));
     }
   }
   return local_->Step(collective_.get());
