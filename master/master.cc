@@ -203,12 +203,19 @@ Status Master::FindDeadMember(Clock::time_point now, int* ps, int* trainer) {
 Status Master::FindStalledTrainer(Clock::time_point now) const {
   if (job_.runtime.stall_timeout_ms <= 0) return Status::OK();
   // One stuck trainer stalls the others (they wait for it in the
-  // allreduce): all are named, with the steps each finished.
+  // allreduce): all are named, with the steps each finished. The master
+  // learns of steps from heartbeats, so the others' last steps may seem up
+  // to a heartbeat apart: once one trainer is past the timeout, every
+  // trainer stalled for half of it is named too.
+  const milliseconds timeout(job_.runtime.stall_timeout_ms);
+  bool any = false;
+  for (const auto& t : trainers_) any = any || (t && !t->done && now - t->stepped_at >= timeout);
+  if (!any) return Status::OK();
   std::string who;
   double longest = 0;
   for (size_t i = 0; i < trainers_.size(); ++i) {
     const auto& t = trainers_[i];
-    if (!t || t->done || now - t->stepped_at < milliseconds(job_.runtime.stall_timeout_ms)) continue;
+    if (!t || t->done || now - t->stepped_at < timeout / 2) continue;
     longest = std::max(longest, std::chrono::duration<double>(now - t->stepped_at).count());
     who += (who.empty() ? "" : ", ") + std::string("trainer ") + std::to_string(i) + " (host " + t->host + ", pid " +
            std::to_string(t->pid) + ", " + std::to_string(std::max<int64_t>(t->steps_done, 0)) + " steps done)";
