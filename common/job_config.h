@@ -158,8 +158,9 @@ struct TrainingConfig {
   OptimizerSpec dense_optimizer;
   OptimizerSpec sparse_optimizer;  // default of every table
   Consistency consistency = Consistency::kSync;
-  // Async only: each trainer sends step s+1's lookups before step s's dense
-  // compute, so they travel while it computes; they may miss this trainer's
+  // Each trainer sends step s+1's lookups before step s's dense compute, so
+  // they travel while it computes. Sync: the servers hold them until step s
+  // is applied (exact); async: served at once, they may miss this trainer's
   // own step-s update (a staleness of one step).
   bool prefetch = false;
   RowReplies row_replies = RowReplies::kAuto;
