@@ -7,6 +7,10 @@
 # on this shared machine hits both alike.
 #
 #   bench/tier_e2e_bench.sh [--steps N] [--repeats R] [--mode async|sync] [--prefetch] [--fraction F]
+#       [--ps_flags "FLAGS"]
+#
+# --ps_flags: more flags for the tiered runs' server (e.g. "--write_back_bytes 0",
+# the write-back without its buffer).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STEPS=200
@@ -14,6 +18,7 @@ REPEATS=1
 MODE=async
 PREFETCH=0
 FRACTION=0.1
+EXTRA_PS_FLAGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;
@@ -21,6 +26,7 @@ while [ $# -gt 0 ]; do
     --mode) MODE="$2"; shift 2 ;;
     --prefetch) PREFETCH=1; shift ;;
     --fraction) FRACTION="$2"; shift 2 ;;
+    --ps_flags) EXTRA_PS_FLAGS="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -44,7 +50,7 @@ HOST_BYTES=$(python3 -c "print(int($TABLE_BYTES * $FRACTION))")
 run() {  # memory|tiered -> "examples/s hit_rate"
   local dir="$OUT/$1" flags=""
   rm -rf "$dir"
-  [ "$1" = tiered ] && flags="--host_bytes $HOST_BYTES --rocksdb_path $dir/rocks{i}"
+  [ "$1" = tiered ] && flags="--host_bytes $HOST_BYTES --rocksdb_path $dir/rocks{i} $EXTRA_PS_FLAGS"
   "$ROOT/scripts/launch_local.sh" --ps 1 --trainers 2 --config "$CFG" --run_dir "$dir" --ps_flags "$flags" >/dev/null
   python3 - "$dir/summary.json" <<'PY'
 import json, sys

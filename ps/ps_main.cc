@@ -32,6 +32,9 @@ DEFINE_int64(memory_bytes, -1,
              "machine's memory, or no limit with --rocksdb_path)");
 DEFINE_string(rocksdb_path, "", "Keep rows that do not fit in --host_bytes in RocksDB under this folder");
 DEFINE_int64(host_bytes, int64_t{1} << 30, "With --rocksdb_path: host memory for rows (split among shards by size)");
+DEFINE_int64(write_back_bytes, int64_t{32} << 20,
+             "With --rocksdb_path: buffer for dirty rows on their way to RocksDB, written in id order by a thread "
+             "of its own (split among shards by size; twice this at most; 0: written at eviction)");
 DEFINE_string(device, "cpu", "cpu, auto (a GPU if usable, else the CPU) or cuda:N");
 DEFINE_int64(gpu_bytes, 0,
              "With a GPU: bytes of GPU memory for the hottest rows (the GPU tier), split among shards by size "
@@ -102,6 +105,11 @@ int main(int argc, char** argv) {
   options.host_group = FLAGS_host_group;
   options.storage.rocksdb_path = FLAGS_rocksdb_path;
   options.storage.host_bytes = FLAGS_host_bytes;
+  if (FLAGS_write_back_bytes < 0) {
+    LOG(ERROR) << "parameter server failed to start: --write_back_bytes " << FLAGS_write_back_bytes << " is negative";
+    return 1;
+  }
+  options.storage.write_back_bytes = FLAGS_write_back_bytes;
   // After the storage options: a server over RocksDB has no default limit.
   options.memory_bytes = FLAGS_memory_bytes >= 0 ? FLAGS_memory_bytes : tessera::DefaultMemoryBudget(options.storage);
   if (!FLAGS_test_crash_on.empty()) {

@@ -89,12 +89,14 @@ class PsServiceTest : public ::testing::Test {
     o.gpu_bytes = 1;
     o.gpu_tier_on_host = true;
     o.gpu_min_slots = 16;
+    o.write_back_bytes = 256;  // about 10 rows: written-back rows reach RocksDB itself
     return WithRocksDb(o);
   }
   // Host memory for a few rows per server over RocksDB, no GPU tier.
   RowStoreFactory RocksDbTier() {
     ShardStorageOptions o;
     o.host_bytes = 1024;
+    o.write_back_bytes = 256;
     return WithRocksDb(o);
   }
   // `o` with its RocksDB in a new folder, removed at the end.

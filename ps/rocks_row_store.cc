@@ -96,12 +96,13 @@ rocksdb::Options BaseOptions(rocksdb::Env* env) {
   // every read and write and save next to nothing.
   o.compression = rocksdb::kNoCompression;
   o.max_background_jobs = 2;
-  // Point lookups dominate (a request's misses, a write-back's rows): the
-  // memtable hashes whole keys (the "prefix" is the 8-byte key) instead of
-  // searching a skip list of ~10^5 rows, which took a quarter of a tiered
-  // server's time. The price is paid at flush, which sorts the memtable (now
-  // the largest cost of a tiered server: a background thread). Scans
-  // (snapshots) ask for total order explicitly.
+  // Point lookups dominate (a request's misses, a write-back's rows): unless
+  // writes come sorted (RowDbOptions::sorted_writes), the memtable hashes
+  // whole keys (the "prefix" is the 8-byte key) instead of searching a skip
+  // list of ~10^5 rows, which took a quarter of a tiered server's time. The
+  // price is paid at flush, which sorts the memtable. The prefix also sizes
+  // the memtable's and the SSTs' bloom filters. Scans (snapshots) ask for
+  // total order explicitly.
   o.prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(kRowKeyBytes));
   o.allow_concurrent_memtable_write = false;  // only the skip-list memtable allows it
   // A row evicted again while its last write-back is still in the memtable
@@ -132,8 +133,15 @@ StatusOr<std::unique_ptr<RowDb>> RowDb::Open(const RowDbOptions& options, int ro
   // The hash memtable's buckets live in the memtable's own arena: one per 64
   // bytes of buffer (an eighth of it) leaves room for the rows; RocksDB
   // aborts when the buckets alone fill the buffer.
-  o.memtable_factory.reset(
-      rocksdb::NewHashLinkListRepFactory(std::max<size_t>(4096, options.write_buffer_bytes / 64)));
+  if (!options.sorted_writes) {
+    o.memtable_factory.reset(
+        rocksdb::NewHashLinkListRepFactory(std::max<size_t>(4096, options.write_buffer_bytes / 64)));
+  } else {
+    // An update in place searches the skip list for the key first, for every
+    // row, where a batch in id order would just append; and a batch written
+    // from a buffer holds each row once.
+    o.inplace_update_support = false;
+  }
   // Recently evicted rows sit in the memtable; a filter over it spares the
   // skip-list search for the (many) rows that are not there.
   o.memtable_whole_key_filtering = true;
@@ -231,7 +239,9 @@ Status RowDb::Put(std::span<const int64_t> ids, const float* const* rows) {
   // last one instead of searching from the top (several times faster).
   std::vector<uint32_t> order(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) order[i] = static_cast<uint32_t>(i);
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return ids[a] < ids[b]; });
+  if (!std::is_sorted(ids.begin(), ids.end())) {
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return ids[a] < ids[b]; });
+  }
   rocksdb::WriteBatch batch(ids.size() * (kRowKeyBytes + row_bytes + 16));
   std::string value(row_bytes, '\0');
   char key[kRowKeyBytes];

@@ -65,6 +65,11 @@ struct RowDbOptions {
   // the live database, are what a restarted server restores from — and it
   // halves the bytes written.
   bool write_ahead_log = false;
+  // Writes come in large batches, each in id order (the tiered store's
+  // write-back buffer, ps/write_back_buffer.h): a skip-list memtable, which
+  // such a batch fills front to back and which flushes without a sort.
+  // Otherwise a hash memtable, for writes of a few rows anywhere.
+  bool sorted_writes = false;
   // File system hook for tests (fault injection); nullptr: the default Env.
   // Not owned; must outlive the database.
   rocksdb::Env* env = nullptr;

@@ -32,6 +32,11 @@ StatusOr<std::unique_ptr<RowStore>> HostStore(const ShardStorageOptions& options
   o.db.mode = RowDbOpenMode::kOverwrite;
   o.host_bytes = std::max<int64_t>(HostTierBytesPerRow(rows.row_width),
                                    static_cast<int64_t>(static_cast<double>(options.host_bytes) * rows.memory_share));
+  o.write_back_buffer_bytes =
+      options.write_back_bytes <= 0
+          ? 0
+          : std::max<int64_t>(std::min<int64_t>(options.write_back_bytes, int64_t{1} << 20),
+                              static_cast<int64_t>(static_cast<double>(options.write_back_bytes) * rows.memory_share));
   return OpenTieredRowStore(o);
 }
 

@@ -16,6 +16,11 @@ struct ShardStorageOptions {
   // Host memory for rows when rocksdb_path is set, split among the server's
   // shards by their size. Rows beyond it live in RocksDB.
   int64_t host_bytes = int64_t{1} << 30;
+  // Dirty rows evicted from host memory wait in write-back buffers of this
+  // many bytes (split among the shards like host_bytes, at least 1 MiB each
+  // or all of it if less; two buffers a shard at most) and reach RocksDB in id order from a thread
+  // of their own (ps/write_back_buffer.h). 0: written to RocksDB at eviction.
+  int64_t write_back_bytes = int64_t{32} << 20;
 
   // The GPU tier (ps/device_row_store.h) on CUDA device gpu_device (-1: no
   // GPU tier): gpu_bytes of device memory for the hottest rows, split among

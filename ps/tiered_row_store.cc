@@ -25,6 +25,7 @@
 
 #include "kernels/row_init.h"
 #include "ps/page_memory.h"
+#include "ps/write_back_buffer.h"
 
 namespace tessera {
 namespace {
@@ -666,12 +667,20 @@ StatusOr<std::unique_ptr<RowStore>> OpenTieredRowStore(const TieredRowStoreOptio
     return Status::InvalidArgument("tiered row store " + options.db.path +
                                    ": needs row_width > 0, 0 <= gather_cols <= row_width and an initializer");
   }
-  if (options.host_bytes < 0 || !(options.eviction_slack >= 0 && options.eviction_slack < 1)) {
+  if (options.host_bytes < 0 || !(options.eviction_slack >= 0 && options.eviction_slack < 1) ||
+      options.write_back_buffer_bytes < 0) {
     return Status::InvalidArgument("tiered row store " + options.db.path +
-                                   ": needs host_bytes >= 0 and 0 <= eviction_slack < 1");
+                                   ": needs host_bytes >= 0, 0 <= eviction_slack < 1 and write_back_buffer_bytes >= 0");
   }
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<RowDb> db, RowDb::Open(options.db, r.row_width));
+  const bool buffered = options.write_back_buffer_bytes > 0;
+  RowDbOptions db_options = options.db;
+  db_options.sorted_writes = buffered;
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<RowDb> db, RowDb::Open(db_options, r.row_width));
   std::unique_ptr<LowerTier> below = NewRocksLowerTier(std::move(db));
+  if (buffered) {
+    below = NewWriteBackBufferTier(std::move(below), "row db " + options.db.path,
+                                   static_cast<size_t>(options.write_back_buffer_bytes), r.row_width);
+  }
   TESSERA_ASSIGN_OR_RETURN(int64_t rows_below, below->CountRows());
   return std::unique_ptr<RowStore>(std::make_unique<TieredRowStore>(options, std::move(below), rows_below));
 }

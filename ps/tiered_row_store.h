@@ -78,6 +78,12 @@ struct TieredRowStoreOptions {
   // long ago fade. 0: four times the rows the budget holds. Smaller: adapts
   // faster to a shifting hot set, remembers less of a stable one.
   int64_t lfu_halving_accesses = 0;
+  // Dirty victims go to a buffer of this many bytes, which a thread writes to
+  // RocksDB in id order (ps/write_back_buffer.h): write-back off the host
+  // tier's lock, and a flush without a sort. Two such buffers at most, like
+  // RocksDB's memtables not part of host_bytes; db.write_buffer_bytes should
+  // hold one. 0: victims go straight to RocksDB, under the lock.
+  int64_t write_back_buffer_bytes = 32 << 20;
 };
 
 // Host bytes one resident row costs (approximate: the hash table's share varies with its load).
@@ -87,15 +93,19 @@ int64_t HostTierBytesPerRow(int row_width);
 // over it. Thread safety as RowStore: batches whose rows are all resident
 // (hits) take the store's lock shared, so they run side by side; misses read
 // RocksDB with no lock held; promotion and eviction take the lock exclusively
-// (today including the write-back of dirty victims to RocksDB: milliseconds
-// for a batch of a thousand victims). Rows are locked for fn by 64 id-hashed
+// (including the hand-over of dirty victims to the write-back buffer, a
+// copy; without the buffer, their write to RocksDB: milliseconds for a batch
+// of a thousand victims). Rows are locked for fn by 64 id-hashed
 // stripes (readers shared, writers exclusive), so no reader sees half an
 // update. fn must not call back into the same store. RocksDB's own memory
-// (memtable, block cache: RowDbOptions) is not part of host_bytes.
+// (memtable, block cache: RowDbOptions) and the write-back buffer are not
+// part of host_bytes.
 //
 // Write-back errors (RocksDB full, failing disk): a batch that needs room and
 // cannot write back its victims returns the error without running fn, and the
-// victims stay in memory, dirty; so does a failed Flush. Nothing is dropped
+// victims stay in memory, dirty; so does a failed Flush. (With the buffer,
+// victims go to memory until a buffer's write fails: the batch that then
+// needs the buffer's room gets that error.) Nothing is dropped
 // that is not on disk. The destructor flushes and logs a failure: call Flush()
 // first to see it.
 //

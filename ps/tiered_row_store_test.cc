@@ -117,12 +117,14 @@ TEST_F(TieredRowStoreTest, OnlyDirtyRowsAreWrittenBack) {
   };
   ASSERT_TRUE(AddTo(*store, range(0), 1.0f).ok());  // 0..9 resident, dirty
   ASSERT_TRUE(ReadAll(*store, range(100)).ok());    // evicts 0..9: written back
+  ASSERT_TRUE(FlushOf(*store).ok());                // (through the write-back buffer) into RocksDB
   RowStoreStats s = StatsOf(*store);
   EXPECT_EQ(s.rocksdb_rows_written, 10);
   EXPECT_EQ(s.tier("host")->writebacks, 10);
   EXPECT_EQ(s.tier("host")->evictions, 10);
   ASSERT_TRUE(ReadAll(*store, range(0)).ok());    // promoted from RocksDB; 100..109 dropped, never written
   ASSERT_TRUE(ReadAll(*store, range(200)).ok());  // 0..9 clean now: dropped, not rewritten
+  ASSERT_TRUE(FlushOf(*store).ok());
   s = StatsOf(*store);
   EXPECT_EQ(s.rocksdb_rows_written, 10);
   EXPECT_EQ(s.tier("host")->evictions, 30);
@@ -282,9 +284,12 @@ TEST_F(TieredRowStoreTest, ConcurrentWritersAndReadersUnderEviction) {
   EXPECT_GT(Host(*store).evictions, 0);
 }
 
-TEST_F(TieredRowStoreTest, FullDiskFailsTheBatchAndKeepsDirtyRowsInMemory) {
+// A full disk: a batch whose victims cannot be written back fails (unbuffered:
+// at once; with a write-back buffer: once the buffer's write has failed and
+// the buffer is needed again), the rows stay served, and once space is back
+// nothing acknowledged is lost and the failed batch did not apply.
+void FullDiskFailsTheBatchAndKeepsDirtyRows(TieredRowStoreOptions o) {
   FaultFs fault;
-  TieredRowStoreOptions o = Options(16);
   o.db.env = fault.env();
   o.db.write_ahead_log = true;  // so write-backs fail at once, not at a later memtable flush
   auto store = Open(o);
@@ -322,6 +327,18 @@ TEST_F(TieredRowStoreTest, FullDiskFailsTheBatchAndKeepsDirtyRowsInMemory) {
     const float added = id / 8 < ok_batches ? static_cast<float>(id / 8 + 1) : 0.0f;
     ASSERT_EQ(rows[id * kWidth + 1], static_cast<float>(id % 1000) * 0.5f + 1 + added) << id;
   }
+}
+
+TEST_F(TieredRowStoreTest, FullDiskFailsTheBatchAndKeepsDirtyRowsInMemory) {
+  TieredRowStoreOptions o = Options(16);
+  o.write_back_buffer_bytes = 0;
+  FullDiskFailsTheBatchAndKeepsDirtyRows(o);
+}
+
+TEST_F(TieredRowStoreTest, FullDiskFailsTheBatchAndKeepsBufferedRowsInMemory) {
+  TieredRowStoreOptions o = Options(16);
+  o.write_back_buffer_bytes = 24 * (kWidth * sizeof(float) + sizeof(int64_t));  // 24 rows
+  FullDiskFailsTheBatchAndKeepsDirtyRows(o);
 }
 
 }  // namespace

@@ -104,8 +104,9 @@ TEST_P(EquivalenceTest, TwoTrainersEqualOneProcessWithTheConcatenatedBatch) {
   std::vector<std::string> ps_args;
   if (c.tiered) {
     // The tables hold about 7 KB of rows and state: 700 bytes keeps a few rows
-    // in memory and the rest in RocksDB, evicted and promoted all run long.
-    ps_args = {"--rocksdb_path", cluster.dir() + "/rocks{i}", "--host_bytes", "700"};
+    // in memory and the rest in RocksDB, evicted and promoted all run long;
+    // write-back buffers of a few rows hand them to RocksDB all run long too.
+    ps_args = {"--rocksdb_path", cluster.dir() + "/rocks{i}", "--host_bytes", "700", "--write_back_bytes", "400"};
   }
   if (c.gpu_tier_rows > 0) {
     // --gpu_bytes is too small for any shard: every shard gets the floor.

@@ -109,7 +109,9 @@ TEST(MetricsTest, EveryRoleServesPrometheusTextThatAgreesWithTheJob) {
   // Server 1 keeps most rows in RocksDB: a host tier with evictions below it.
   ASSERT_TRUE(c.StartPs(0, {"--metrics_port", "0"}).ok());
   ASSERT_TRUE(
-      c.StartPs(1, {"--metrics_port", "0", "--rocksdb_path", c.dir() + "/rocks1", "--host_bytes", "40000"}).ok());
+      c.StartPs(1, {"--metrics_port", "0", "--rocksdb_path", c.dir() + "/rocks1", "--host_bytes", "40000",
+                            "--write_back_bytes", "4096"})  // buffers of a few dozen rows: rows reach RocksDB
+                  .ok());
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.StartTrainer(r, 2, "", {"--metrics_port", "0"}).ok());
 
   std::map<std::string, int> ports;
