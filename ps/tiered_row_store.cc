@@ -264,6 +264,8 @@ class TieredRowStore final : public RowStore, public RocksCheckpointable {
   void Touch(SlotMeta* m, uint64_t tick, uint32_t epoch) const;
   uint64_t Priority(const SlotMeta& m, uint32_t epoch) const;
   Status EvictDownTo(int64_t rows);
+  // Writes the dirty ones back, then frees the slots. REQUIRES: mu_ exclusive; none pinned.
+  Status Evict(const std::vector<int32_t>& victims);
   Status WriteBackDirty();
   void NoteWrittenBack(std::span<const int64_t> ids);  // REQUIRES: mu_ exclusive
   uint32_t Epoch(int64_t accesses) const { return static_cast<uint32_t>(accesses / halving_accesses_); }
@@ -299,6 +301,17 @@ class TieredRowStore final : public RowStore, public RocksCheckpointable {
   // The writeback_seq_ of the last write-back of a row hashing to each bucket:
   // a row read from below before that may be stale.
   std::vector<uint64_t> written_at_ = std::vector<uint64_t>(kWrittenBuckets, 0);  // GUARDED_BY(mu_)
+  // Rows the last eviction scan found coldest after its victims, coldest
+  // first, with the id and tick they had then: the next passes take them
+  // while they are untouched, before scanning again.
+  struct Queued {
+    int32_t slot;
+    int64_t id;
+    uint64_t tick;
+  };
+  static constexpr size_t kEvictionQueuePasses = 4;
+  std::vector<Queued> queue_;                        // GUARDED_BY(mu_)
+  size_t queue_next_ = 0;                            // GUARDED_BY(mu_)
   std::atomic<uint64_t> tick_{0};
   std::atomic<int64_t> accesses_{0};
   std::atomic<int64_t> hits_{0}, misses_{0}, evictions_{0}, writebacks_{0};
@@ -500,23 +513,63 @@ uint64_t TieredRowStore::Priority(const SlotMeta& m, uint32_t epoch) const {
 Status TieredRowStore::EvictDownTo(int64_t rows) {
   const int64_t want = resident_.load(std::memory_order_relaxed) - rows;
   if (want <= 0) return Status::OK();
+  // First the rows the last scan found coldest after its victims, if no
+  // batch has touched them since (a touch changes their tick) and none holds
+  // them now.
+  std::vector<int32_t> victims;
+  while (static_cast<int64_t>(victims.size()) < want && queue_next_ < queue_.size()) {
+    const Queued& q = queue_[queue_next_++];
+    const SlotMeta& m = *Meta(q.slot);
+    // acquire: a batch's writes to the row happen before its unpin.
+    if (m.id == q.id && m.tick.load(std::memory_order_relaxed) == q.tick &&
+        m.pins.load(std::memory_order_acquire) == 0) {
+      victims.push_back(q.slot);
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(Evict(victims));
+  const int64_t need = want - static_cast<int64_t>(victims.size());
+  if (need <= 0) return Status::OK();
+
+  // Then a scan of every resident row: the `need` coldest go, and the next
+  // coldest are kept for the next passes, so that a scan (and its selection
+  // among every resident row, under the exclusive lock) runs once per
+  // kEvictionQueuePasses passes, not at each.
   const uint32_t epoch = Epoch(accesses_.load(std::memory_order_relaxed));
   std::vector<std::pair<uint64_t, int32_t>> candidates;
   candidates.reserve(static_cast<size_t>(resident_.load(std::memory_order_relaxed)));
   for (int64_t slot = 0; slot < slots_used_; ++slot) {
     const SlotMeta& m = *Meta(slot);
-    // acquire: a batch's writes to the row happen before its unpin.
     if (m.id >= 0 && m.pins.load(std::memory_order_acquire) == 0) {
       candidates.emplace_back(Priority(m, epoch), static_cast<int32_t>(slot));
     }
   }
-  if (static_cast<int64_t>(candidates.size()) > want) {
-    std::nth_element(candidates.begin(), candidates.begin() + want, candidates.end());
-    candidates.resize(static_cast<size_t>(want));
+  const size_t keep = std::min(candidates.size(), static_cast<size_t>(need) * kEvictionQueuePasses);
+  if (candidates.size() > keep) {
+    std::nth_element(candidates.begin(), candidates.begin() + keep, candidates.end());
+    candidates.resize(keep);
   }
+  const size_t now = std::min(candidates.size(), static_cast<size_t>(need));
+  // Coldest first: the victims, then the queue in the order it is used.
+  std::sort(candidates.begin(), candidates.end());
+  victims.clear();
+  queue_.clear();
+  queue_next_ = 0;
+  for (size_t k = 0; k < candidates.size(); ++k) {
+    const int32_t slot = candidates[k].second;
+    if (k < now) {
+      victims.push_back(slot);
+    } else {
+      const SlotMeta& m = *Meta(slot);
+      queue_.push_back({slot, m.id, m.tick.load(std::memory_order_relaxed)});
+    }
+  }
+  return Evict(victims);
+}
+
+Status TieredRowStore::Evict(const std::vector<int32_t>& victims) {
   std::vector<int64_t> ids;
   std::vector<const float*> rows_out;
-  for (const auto& [prio, slot] : candidates) {
+  for (const int32_t slot : victims) {
     if (Meta(slot)->dirty.load(std::memory_order_relaxed)) {
       ids.push_back(Meta(slot)->id);
       rows_out.push_back(Row(slot));
@@ -526,7 +579,7 @@ Status TieredRowStore::EvictDownTo(int64_t rows) {
     TESSERA_RETURN_IF_ERROR(below_->Store(ids, rows_out.data()));
     NoteWrittenBack(ids);
   }
-  for (const auto& [prio, slot] : candidates) {
+  for (const int32_t slot : victims) {
     SlotMeta* m = Meta(slot);
     if (!m->below) {
       --resident_only_;
@@ -534,7 +587,7 @@ Status TieredRowStore::EvictDownTo(int64_t rows) {
     }
     Erase(slot);
   }
-  evictions_.fetch_add(static_cast<int64_t>(candidates.size()), std::memory_order_relaxed);
+  evictions_.fetch_add(static_cast<int64_t>(victims.size()), std::memory_order_relaxed);
   return Status::OK();
 }
 

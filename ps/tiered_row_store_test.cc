@@ -179,6 +179,28 @@ TEST_F(TieredRowStoreTest, LruAndLfuPickDifferentVictims) {
   EXPECT_FALSE(AIsResidentAfterCraftedSequence(fading));
 }
 
+// An eviction scan picks its victims and keeps the next coldest rows for the
+// next passes; a kept row touched in between is passed over, not evicted.
+TEST_F(TieredRowStoreTest, RowsKeptForTheNextEvictionAreSparedOnceTouched) {
+  auto store = Open(Options(40, EvictionPolicy::kLru));  // eviction slack: 1 row
+  ASSERT_NE(store, nullptr);
+  for (int64_t id = 0; id < 40; ++id) ASSERT_TRUE(ReadAll(*store, {id}).ok());
+  ASSERT_TRUE(ReadAll(*store, {40}).ok());  // a scan: evicts 0 and 1, keeps 2..7 in that order
+  ASSERT_EQ(Host(*store).evictions, 2);
+  ASSERT_TRUE(ReadAll(*store, {2}).ok());   // 2 touched since
+  ASSERT_TRUE(ReadAll(*store, {41}).ok());  // fits
+  ASSERT_TRUE(ReadAll(*store, {42}).ok());  // evicts 3 and 4 from what was kept, not 2
+  ASSERT_EQ(Host(*store).evictions, 4);
+  auto resident = [&](int64_t id) {
+    const int64_t misses = Host(*store).misses;
+    EXPECT_TRUE(ReadAll(*store, {id}).ok());
+    return Host(*store).misses == misses;
+  };
+  EXPECT_TRUE(resident(2));
+  EXPECT_TRUE(resident(5));
+  EXPECT_FALSE(resident(4));
+}
+
 // Ten times more rows than the budget, random reads, updates and puts: every
 // value read equals what a memory store gives for the same operations.
 void MatchesMemoryStore(const TieredRowStoreOptions& o) {
