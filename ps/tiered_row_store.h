@@ -8,8 +8,9 @@
 // the same value), clean ones are dropped. A row read again is promoted back.
 //
 // Tiers stack GPU -> host -> RocksDB. The host tier talks to the tier below
-// through LowerTier (fetch misses, store dirty victims, flush, checkpoint);
-// RocksDB is today's only LowerTier. The GPU tier, when it comes, is a cache
+// through LowerTier (fetch misses, store dirty victims, flush, checkpoint):
+// RocksDB, by default behind a write-back buffer (ps/write_back_buffer.h),
+// itself a LowerTier over the RocksDB one. The GPU tier, when it comes, is a cache
 // over a LowerTier as well: the host tier implements LowerTier for it (Fetch
 // hands out resident rows and promotes misses, Store takes the GPU's dirty
 // victims as dirty rows) and OpenTieredRowStore stacks the three. Stats()
