@@ -35,7 +35,8 @@
 # (Hogwild-like) semantics; --mode sync runs Tessera's synchronous mode;
 # --prefetch sends each step's lookups during the step before (training.prefetch:
 # async, a staleness of one step; sync, exact: the servers answer them once
-# the step before is applied).
+# the step before is applied). Without it the bench turns prefetch off, also
+# in sync mode where a job has it on by default, so that both are measured.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEER="${TESSERA_PEER:-$ROOT/../shared/peers/torch_rpc_ps.py}"

@@ -342,6 +342,9 @@ Status ParseTraining(const json& j, TrainingConfig* t) {
   }
   // Sync too: a server parks a lookup of step t+1 until step t is applied,
   // so a prefetched one waits there for the update rather than missing it.
+  // Exact there, it is on by default; in async mode it adds a step of
+  // staleness, so it is asked for.
+  t->prefetch = t->consistency == Consistency::kSync;
   TESSERA_RETURN_IF_ERROR(f.Bool("prefetch", &t->prefetch, false));
   std::string replies = RowRepliesName(t->row_replies);
   TESSERA_RETURN_IF_ERROR(f.String("row_replies", &replies, false));

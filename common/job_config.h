@@ -160,8 +160,9 @@ struct TrainingConfig {
   Consistency consistency = Consistency::kSync;
   // Each trainer sends step s+1's lookups before step s's dense compute, so
   // they travel while it computes. Sync: the servers hold them until step s
-  // is applied (exact); async: served at once, they may miss this trainer's
-  // own step-s update (a staleness of one step).
+  // is applied (exact), and it is on unless the job turns it off; async:
+  // served at once, they may miss this trainer's own step-s update (a
+  // staleness of one step), and it is off unless asked for.
   bool prefetch = false;
   RowReplies row_replies = RowReplies::kAuto;
   // C++ trainers on CPUs: > 0 sums the dense gradients in buckets of this

@@ -32,6 +32,24 @@ TEST(JobConfigTest, ParsesWithDefaults) {
   EXPECT_EQ(c->tables[0].RowBytes(), 16);
 }
 
+// Prefetch is exact in sync mode, so on unless the job says otherwise; in
+// async mode it costs a step of staleness, so off unless asked for.
+TEST(JobConfigTest, PrefetchIsOnByDefaultOnlyWhereItIsExact) {
+  auto prefetch = [](const char* mode, const json* value) {
+    json j = MinimalJob();
+    j["training"]["consistency"] = mode;
+    if (value != nullptr) j["training"]["prefetch"] = *value;
+    auto c = ParseJobConfigJson(j, "/base");
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() && c->training.prefetch;
+  };
+  const json yes = true, no = false;
+  EXPECT_TRUE(prefetch("sync", nullptr));
+  EXPECT_FALSE(prefetch("async", nullptr));
+  EXPECT_FALSE(prefetch("sync", &no));
+  EXPECT_TRUE(prefetch("async", &yes));
+}
+
 TEST(JobConfigTest, RoundTripsThroughJson) {
   auto c = ParseJobConfigJson(MinimalJob(), "/base");
   ASSERT_TRUE(c.ok());
