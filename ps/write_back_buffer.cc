@@ -11,6 +11,7 @@
 #include <string>
 #include <shared_mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <glog/logging.h>
@@ -72,14 +73,6 @@ class RowBuffer {
       (*ids)[i] = ids_[order[i]];
       (*rows)[i] = &rows_[static_cast<size_t>(order[i]) * width_];
     }
-  }
-
-  void Swap(RowBuffer& other) {
-    std::swap(width_, other.width_);
-    ids_.swap(other.ids_);
-    rows_.swap(other.rows_);
-    table_.swap(other.table_);
-    std::swap(mask_, other.mask_);
   }
 
  private:
@@ -219,7 +212,7 @@ class WriteBackBufferTier final : public LowerTier {
   // Hands the filled buffer to the writer once it is free. REQUIRES: lock holds mu_.
   Status HandOver(std::unique_lock<std::shared_mutex>& lock) {
     TESSERA_RETURN_IF_ERROR(WaitWritten(lock));
-    filling_.Swap(writing_);
+    std::swap(filling_, writing_);
     ++requested_;
     cv_.notify_all();
     return Status::OK();
