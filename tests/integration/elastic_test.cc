@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -51,33 +52,38 @@ std::string TempRoot(const std::string& name) {
   return std::filesystem::temp_directory_path() / ("tessera_elastic_" + name + "_" + std::to_string(getpid()));
 }
 
-json Job(const std::string& ckpt_dir) { return testing::StatefulSyncJob("elastic-test", ckpt_dir, kSteps, kEvery); }
+json Job(const std::string& ckpt_dir, int64_t steps = kSteps) {
+  return testing::StatefulSyncJob("elastic-test", ckpt_dir, steps, kEvery);
+}
 
-// The parameters of the undisturbed job on 2 servers, computed once.
-const testing::Dump& Undisturbed() {
-  static const testing::Dump* dump = [] {
-    const std::string root = TempRoot("undisturbed");
+// The parameters of the undisturbed job of `steps` on 2 servers, computed
+// once per length.
+const testing::Dump& Undisturbed(int64_t steps = kSteps) {
+  static std::map<int64_t, std::unique_ptr<testing::Dump>> dumps;
+  std::unique_ptr<testing::Dump>& dump = dumps[steps];
+  if (dump == nullptr) {
+    const std::string root = TempRoot("undisturbed_" + std::to_string(steps));
     std::filesystem::remove_all(root);
-    testing::LocalCluster c("elastic_undisturbed");
-    EXPECT_TRUE(c.StartJob(Job(root), 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+    testing::LocalCluster c("elastic_undisturbed_" + std::to_string(steps));
+    EXPECT_TRUE(c.StartJob(Job(root, steps), 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
     EXPECT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
-    auto job = ParseJobConfigJson(Job(""), "");
+    auto job = ParseJobConfigJson(Job("", steps), "");
     auto d = testing::ReadDump(c.dir() + "/dump", *job);
     EXPECT_TRUE(d.ok()) << d.status();
     std::filesystem::remove_all(root);
-    return new testing::Dump(d.ok() ? std::move(*d) : testing::Dump{});
-  }();
+    dump = std::make_unique<testing::Dump>(d.ok() ? std::move(*d) : testing::Dump{});
+  }
   return *dump;
 }
 
 // The job in `c` ended well, every process is gone, and its parameters equal
 // the undisturbed run's.
-void ExpectSameParameters(testing::LocalCluster& c) {
-  auto job = ParseJobConfigJson(Job(""), "");
+void ExpectSameParameters(testing::LocalCluster& c, int64_t steps = kSteps) {
+  auto job = ParseJobConfigJson(Job("", steps), "");
   ASSERT_TRUE(job.ok()) << job.status();
   auto d = testing::ReadDump(c.dir() + "/dump", *job);
   ASSERT_TRUE(d.ok()) << d.status();
-  const testing::Dump& want = Undisturbed();
+  const testing::Dump& want = Undisturbed(steps);
   ASSERT_FALSE(want.rows.empty());
   std::string where;
   const double diff = testing::MaxDifference(want, *d, &where);
@@ -95,12 +101,12 @@ int MemberId(testing::LocalCluster& c, const std::string& ps) {
   return at == std::string::npos ? -1 : std::atoi(log.c_str() + at + mark.size());
 }
 
-void ExpectTrainersFinished(testing::LocalCluster& c) {
+void ExpectTrainersFinished(testing::LocalCluster& c, int64_t steps = kSteps) {
   for (const char* t : {"trainer0", "trainer1"}) EXPECT_EQ(c.Wait(t, milliseconds(20000)), 0) << c.Log(t);
   // The last generation trained to the end.
   const auto m = c.Metrics(0);
   ASSERT_FALSE(m.empty());
-  EXPECT_EQ(m.back()["step"], kSteps - 1);
+  EXPECT_EQ(m.back()["step"], steps - 1);
 }
 
 TEST(ElasticTest, KilledServerRollsBackToTheCheckpointAndEndsLikeAnUndisturbedRun) {
@@ -220,9 +226,13 @@ INSTANTIATE_TEST_SUITE_P(Storage, ChangeServersTest, ::testing::Values("memory",
 // from the servers that held them, and a removed one hands its rows over the
 // same way; the job neither replays a step nor needs a checkpoint folder.
 TEST(ElasticTest, ServersChangeWithoutAnyCheckpointAndTheJobEndsLikeAnUndisturbedRun) {
-  Undisturbed();
+  // Without checkpoints the job runs fastest: adding a server (starting its
+  // process, the precopy) took some 200 of its steps here, and 400 steps
+  // could end before the removal. Three times as many leave both room.
+  constexpr int64_t kLongSteps = 3 * kSteps;
+  Undisturbed(kLongSteps);
   testing::LocalCluster c("elastic_no_checkpoints");
-  json job = Job("");
+  json job = Job("", kLongSteps);
   job.erase("checkpoint");
   ASSERT_TRUE(c.StartJob(job, 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
   ASSERT_TRUE(c.WaitForSteps(0, SeededStep(10, kSteps / 3, 12), milliseconds(60000))) << c.Log("master");
@@ -237,8 +247,8 @@ TEST(ElasticTest, ServersChangeWithoutAnyCheckpointAndTheJobEndsLikeAnUndisturbe
   EXPECT_NE(log.find("[master] migration at step"), std::string::npos) << log;
   EXPECT_EQ(log.find("checkpoint at step"), std::string::npos) << log;
   for (const char* p : {"ps0", "ps2"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
-  ExpectTrainersFinished(c);
-  EXPECT_EQ(c.Metrics(0).size(), static_cast<size_t>(kSteps));
+  ExpectTrainersFinished(c, kLongSteps);
+  EXPECT_EQ(c.Metrics(0).size(), static_cast<size_t>(kLongSteps));
   // The summary lists both moves, with the rows that went.
   std::ifstream in(c.dir() + "/summary.json");
   json summary;
@@ -253,7 +263,7 @@ TEST(ElasticTest, ServersChangeWithoutAnyCheckpointAndTheJobEndsLikeAnUndisturbe
     EXPECT_EQ(m["phase"], "changed") << m;
     EXPECT_GT(m["precopy"]["rows"].get<int64_t>(), 0) << m;
   }
-  ExpectSameParameters(c);
+  ExpectSameParameters(c, kLongSteps);
 }
 
 TEST(ElasticTest, SigtermDrainsAServerWhichThenExitsZero) {
