@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <glog/logging.h>
 #include <zmq.h>
 
 namespace tessera {
@@ -123,6 +124,13 @@ Status JobKeys::Write(const std::string& dir) {
     TESSERA_RETURN_IF_ERROR(WriteKeyFile(KeyPath(dir, static_cast<Role>(i), "public"), pub, 0644));
   }
   return Status::OK();
+}
+
+std::string JobKeys::own_secret_bytes() const {
+  uint8_t binary[32];
+  // Load checked the key, so it decodes.
+  CHECK(zmq_z85_decode(binary, own_secret_.c_str()) != nullptr) << "a loaded secret key does not decode";
+  return std::string(reinterpret_cast<const char*>(binary), sizeof(binary));
 }
 
 const std::string& JobKeys::public_key(Role role) const {

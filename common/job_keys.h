@@ -44,6 +44,10 @@ class JobKeys {
   // This process's key pair (Z85).
   const std::string& own_public() const { return public_[static_cast<int>(own_)]; }
   const std::string& own_secret() const { return own_secret_; }
+  // own_secret() as its 32 raw bytes: the secret every member of this role
+  // shares, from which trainers derive their collectives' cipher keys
+  // (trainer/collective_seal.h).
+  std::string own_secret_bytes() const;
   // `role`'s public key; empty when the folder had none.
   const std::string& public_key(Role role) const;
   // Which role a client's public key (Z85) is; kNone for a stranger's.

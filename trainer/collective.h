@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/job_config.h"
+#include "common/job_keys.h"
 #include "common/status.h"
 #include "common/store.h"
 
@@ -43,12 +44,20 @@ struct GlooCollectiveOptions {
   // Bounds the rendezvous (each wait for a peer's key and connection) and
   // each allreduce: a missing or dead peer gives an error, never a hang.
   std::chrono::milliseconds timeout{120000};
+  // The trainer role's 32-byte secret (JobKeys::own_secret_bytes) in a job
+  // with keys: then every message of the sum is sealed
+  // (trainer/collective_seal.h) and a peer without the job's keys can
+  // neither read nor change it. Empty (--insecure): Gloo's own allreduce,
+  // plain TCP.
+  std::string seal_secret;
 };
 
 // Trainer `rank` of `world` in a job's generation `generation`: the job's
 // collective timeout, and keys of that generation's own, so a rebuilt
-// collective never reads the addresses of the one it replaces.
-GlooCollectiveOptions JobGlooOptions(const JobConfig& job, int64_t generation, int rank, int world, std::string host);
+// collective never reads the addresses of the one it replaces. Sealed with
+// `keys`' trainer secret; plain when keys is null (--insecure).
+GlooCollectiveOptions JobGlooOptions(const JobConfig& job, int64_t generation, int rank, int world, std::string host,
+                                     const JobKeys* keys);
 
 // The ranks meet through `store` (DESIGN.md §5): the master's store in a job
 // (trainer/master_store.h), a MemoryStore shared by ranks that are threads of

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,8 @@
 #include <glog/logging.h>
 
 #include "trainer/collective.h"
+#include "trainer/collective_seal.h"
+#include "trainer/sealed_ring_collective.h"
 
 namespace tessera {
 namespace {
@@ -103,17 +106,35 @@ class GlooCollective final : public Collective {
   uint32_t tag_ = 0;
 };
 
+// Every rank's random share of the collective's key, through the store (whose
+// keys only the job's members may set), then the seal they make.
+StatusOr<CollectiveSeal> AgreeOnSeal(const GlooCollectiveOptions& options, Store* store) {
+  const std::string key_prefix = options.prefix + "/seal/";
+  TESSERA_RETURN_IF_ERROR(store->Set(key_prefix + std::to_string(options.rank), CollectiveSeal::NewContribution()));
+  const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  std::vector<std::string> contributions;
+  for (int r = 0; r < options.world; ++r) {
+    const auto left = std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                 deadline - std::chrono::steady_clock::now()));
+    TESSERA_ASSIGN_OR_RETURN(std::string c, store->Get(key_prefix + std::to_string(r), left));
+    contributions.push_back(std::move(c));
+  }
+  return CollectiveSeal::ForSession(options.seal_secret, options.prefix, contributions);
+}
+
 }  // namespace
 
 std::unique_ptr<Collective> NewLocalCollective() { return std::make_unique<LocalCollective>(); }
 
-GlooCollectiveOptions JobGlooOptions(const JobConfig& job, int64_t generation, int rank, int world, std::string host) {
+GlooCollectiveOptions JobGlooOptions(const JobConfig& job, int64_t generation, int rank, int world, std::string host,
+                                     const JobKeys* keys) {
   GlooCollectiveOptions o;
   o.rank = rank;
   o.world = world;
   o.host = std::move(host);
   o.prefix = "gloo/" + job.name + "/g" + std::to_string(generation);
   o.timeout = std::chrono::milliseconds(job.runtime.collective_timeout_ms);
+  if (keys != nullptr) o.seal_secret = keys->own_secret_bytes();
   return o;
 }
 
@@ -122,6 +143,15 @@ StatusOr<std::unique_ptr<Collective>> NewGlooCollective(const GlooCollectiveOpti
     return Status::InvalidArgument("Gloo collective: rank must be in [0, world)");
   }
   if (options.world == 1) return NewLocalCollective();
+  std::optional<CollectiveSeal> seal;
+  if (!options.seal_secret.empty()) {
+    StatusOr<CollectiveSeal> made = AgreeOnSeal(options, store);
+    if (!made.ok()) {
+      return Status::Unavailable("gloo rendezvous of rank " + std::to_string(options.rank) + " of " +
+                                 std::to_string(options.world) + " failed: " + made.status().ToString());
+    }
+    seal.emplace(std::move(made).value());
+  }
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.host;
@@ -131,6 +161,11 @@ StatusOr<std::unique_ptr<Collective>> NewGlooCollective(const GlooCollectiveOpti
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world);
     context->setTimeout(options.timeout);
     context->connectFullMesh(prefixed, device);
+    if (seal.has_value()) {
+      LOG(INFO) << "trainer " << options.rank << ": the trainers' allreduce is sealed (" << seal->cipher_name()
+                << ", a key of this collective's own)";
+      return NewSealedRingCollective(options, std::move(context), *std::move(seal));
+    }
     return std::unique_ptr<Collective>(new GlooCollective(options, std::move(context)));
   } catch (const std::exception& e) {
     return Status::Unavailable("gloo rendezvous of rank " + std::to_string(options.rank) + " of " +

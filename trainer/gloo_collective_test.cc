@@ -27,33 +27,53 @@ void OnThreads(int ranks, const std::function<void(int)>& fn) {
   for (std::thread& t : threads) t.join();
 }
 
-GlooCollectiveOptions Options(int rank, int world, const std::string& prefix, milliseconds timeout) {
+// The trainers' secret in a job with keys (the sealed ring); none: Gloo's
+// own allreduce.
+const std::string kTrainerSecret(32, '\x21');
+
+GlooCollectiveOptions Options(int rank, int world, const std::string& prefix, milliseconds timeout,
+                              const std::string& secret = "") {
   GlooCollectiveOptions o;
   o.rank = rank;
   o.world = world;
   o.prefix = prefix;
   o.timeout = timeout;
+  o.seal_secret = secret;
   return o;
 }
 
 // Opens ranks [0, present) of a world of `world`, together; each rank's
-// result is in its slot.
-std::vector<StatusOr<std::unique_ptr<Collective>>> OpenRanks(Store* store, int world, int present,
-                                                             const std::string& prefix, milliseconds timeout) {
+// result is in its slot. secret_of(r): rank r's seal secret.
+std::vector<StatusOr<std::unique_ptr<Collective>>> OpenRanks(
+    Store* store, int world, int present, const std::string& prefix, milliseconds timeout,
+    const std::function<std::string(int)>& secret_of = [](int) { return std::string(); }) {
   std::vector<StatusOr<std::unique_ptr<Collective>>> out;
   for (int r = 0; r < present; ++r) out.emplace_back(Status::Internal("not opened"));
-  OnThreads(present, [&](int r) { out[r] = NewGlooCollective(Options(r, world, prefix, timeout), store); });
+  OnThreads(present,
+            [&](int r) { out[r] = NewGlooCollective(Options(r, world, prefix, timeout, secret_of(r)), store); });
   return out;
 }
+
+// Plain (Gloo's allreduce) and sealed (the ring of sealed messages).
+class GlooCollectiveTest : public testing::TestWithParam<bool> {
+ protected:
+  std::string Secret() const { return GetParam() ? kTrainerSecret : std::string(); }
+  std::vector<StatusOr<std::unique_ptr<Collective>>> Open(Store* store, int world, int present,
+                                                          const std::string& prefix, milliseconds timeout) {
+    const std::string secret = Secret();
+    return OpenRanks(store, world, present, prefix + (GetParam() ? "/sealed" : "/plain"), timeout,
+                     [&](int) { return secret; });
+  }
+};
 
 // Rank r's element i. Small integers: every sum is exact in float, in any
 // order, so the expected sum is known exactly.
 float IntValue(int r, size_t i, int round) { return static_cast<float>((i * 7 + r * 13 + round) % 1001) - 500.0f; }
 
-TEST(GlooCollectiveTest, RanksAsThreadsSumOnEveryRankAndAgain) {
+TEST_P(GlooCollectiveTest, RanksAsThreadsSumOnEveryRankAndAgain) {
   constexpr int kWorld = 3;
   MemoryStore store;
-  auto opened = OpenRanks(&store, kWorld, kWorld, "gloo/sum", milliseconds(30000));
+  auto opened = Open(&store, kWorld, kWorld, "gloo/sum", milliseconds(30000));
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(opened[r].ok()) << "rank " << r << ": " << opened[r].status();
     EXPECT_EQ((*opened[r])->rank(), r);
@@ -98,12 +118,12 @@ TEST(GlooCollectiveTest, RanksAsThreadsSumOnEveryRankAndAgain) {
   }
 }
 
-TEST(GlooCollectiveTest, ARankThatNeverComesMakesTheOthersFailInTime) {
+TEST_P(GlooCollectiveTest, ARankThatNeverComesMakesTheOthersFailInTime) {
   constexpr int kWorld = 3;
   const milliseconds timeout(500);
   MemoryStore store;
   const auto start = Clock::now();
-  auto opened = OpenRanks(&store, kWorld, kWorld - 1, "gloo/missing", timeout);  // rank 2 never comes
+  auto opened = Open(&store, kWorld, kWorld - 1, "gloo/missing", timeout);  // rank 2 never comes
   const auto took = Clock::now() - start;
   for (int r = 0; r < kWorld - 1; ++r) {
     ASSERT_FALSE(opened[r].ok()) << "rank " << r;
@@ -118,10 +138,10 @@ TEST(GlooCollectiveTest, ARankThatNeverComesMakesTheOthersFailInTime) {
   std::cout << "[ info     ] rank 0: " << opened[0].status() << "\n";
 }
 
-TEST(GlooCollectiveTest, ARankThatStopsTakingPartMakesTheSumFailInTime) {
+TEST_P(GlooCollectiveTest, ARankThatStopsTakingPartMakesTheSumFailInTime) {
   constexpr int kWorld = 3;
   MemoryStore store;
-  auto opened = OpenRanks(&store, kWorld, kWorld, "gloo/stops", milliseconds(1000));
+  auto opened = Open(&store, kWorld, kWorld, "gloo/stops", milliseconds(1000));
   for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(opened[r].ok()) << "rank " << r << ": " << opened[r].status();
 
   // Rank 2 stays connected but never calls the allreduce.
@@ -138,7 +158,87 @@ TEST(GlooCollectiveTest, ARankThatStopsTakingPartMakesTheSumFailInTime) {
   std::cout << "[ info     ] rank 0: " << st[0] << "\n";
 }
 
-TEST(GlooCollectiveTest, AWorldOfOneNeedsNoStoreAndABadRankIsRefused) {
+INSTANTIATE_TEST_SUITE_P(PlainAndSealed, GlooCollectiveTest, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& p) { return p.param ? "Sealed" : "Plain"; });
+
+// The sealed ring's fixed order: chunk c of W is rank c's part, plus rank
+// c + 1's, ... round the ring; chunk c is [n c / W, n (c + 1) / W).
+std::vector<float> RingOrderSum(const std::vector<std::vector<float>>& parts) {
+  const size_t world = parts.size(), n = parts[0].size();
+  std::vector<float> sum(n);
+  for (size_t c = 0; c < world; ++c) {
+    for (size_t i = n * c / world; i < n * (c + 1) / world; ++i) {
+      float acc = parts[c][i];
+      for (size_t k = 1; k < world; ++k) acc = parts[(c + k) % world][i] + acc;
+      sum[i] = acc;
+    }
+  }
+  return sum;
+}
+
+TEST(SealedGlooCollectiveTest, SumsInTheRingsFixedOrderForEveryWorld) {
+  for (int world : {2, 3, 4}) {
+    MemoryStore store;
+    auto opened = OpenRanks(&store, world, world, "gloo/order" + std::to_string(world), milliseconds(30000),
+                            [](int) { return kTrainerSecret; });
+    for (int r = 0; r < world; ++r) ASSERT_TRUE(opened[r].ok()) << "rank " << r << ": " << opened[r].status();
+    for (size_t n : {size_t{1}, size_t{5}, size_t{100003}}) {
+      std::vector<std::vector<float>> data(world, std::vector<float>(n));
+      for (int r = 0; r < world; ++r) {
+        for (size_t i = 0; i < n; ++i) data[r][i] = static_cast<float>(r + 1) / static_cast<float>(i + 3) + 1e-3f * r;
+      }
+      const std::vector<float> want = RingOrderSum(data);
+      std::vector<Status> st(world);
+      OnThreads(world, [&](int r) { st[r] = (*opened[r])->AllReduceSum(data[r]); });
+      for (int r = 0; r < world; ++r) {
+        ASSERT_TRUE(st[r].ok()) << "world " << world << ", rank " << r << ": " << st[r];
+        ASSERT_EQ(data[r], want) << "world " << world << ", " << n << " floats, rank " << r;
+      }
+    }
+  }
+}
+
+TEST(SealedGlooCollectiveTest, AStrangersPartIsRefusedAndChangesNothing) {
+  // Rank 2 has taken a trainer's place in the rendezvous (as a stranger on
+  // its Gloo port could) but lacks the trainers' secret.
+  constexpr int kWorld = 3;
+  MemoryStore store;
+  std::string stranger = kTrainerSecret;
+  stranger[0] ^= 1;
+  auto opened = OpenRanks(&store, kWorld, kWorld, "gloo/stranger", milliseconds(3000),
+                          [&](int r) { return r == 2 ? stranger : kTrainerSecret; });
+  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(opened[r].ok()) << "rank " << r << ": " << opened[r].status();
+
+  const size_t n = 3000;
+  std::vector<std::vector<float>> data(kWorld, std::vector<float>(n));
+  for (int r = 0; r < kWorld; ++r) {
+    for (size_t i = 0; i < n; ++i) data[r][i] = IntValue(r, i, 0);
+  }
+  const std::vector<std::vector<float>> before = data;
+  std::vector<Status> st(kWorld);
+  OnThreads(kWorld, [&](int r) { st[r] = (*opened[r])->AllReduceSum(data[r]); });
+  // Rank 0 receives from the stranger: it refuses what came. Rank 1 then
+  // waits for rank 0, which gave up: it fails too, by its timeout.
+  ASSERT_FALSE(st[0].ok());
+  EXPECT_EQ(st[0].code(), StatusCode::kPermissionDenied) << st[0];
+  EXPECT_NE(st[0].message().find("trainer 2"), std::string::npos) << st[0];
+  EXPECT_NE(st[0].message().find("does not open"), std::string::npos) << st[0];
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(st[r].ok()) << "rank " << r;
+    EXPECT_EQ(data[r], before[r]) << "rank " << r << "'s gradients changed in a refused sum";
+  }
+  // The collective is spent: the next sum fails at once, with the reason.
+  std::vector<float> again(10, 1.0f);
+  const auto start = Clock::now();
+  const Status next = (*opened[0])->AllReduceSum(again);
+  EXPECT_EQ(next.code(), StatusCode::kPermissionDenied) << next;
+  EXPECT_NE(next.message().find("spent"), std::string::npos) << next;
+  EXPECT_LT(Clock::now() - start, milliseconds(100));
+  EXPECT_EQ(again, std::vector<float>(10, 1.0f));
+  std::cout << "[ info     ] rank 0: " << st[0] << "\n";
+}
+
+TEST(GlooCollectiveStandaloneTest, AWorldOfOneNeedsNoStoreAndABadRankIsRefused) {
   auto one = NewGlooCollective(Options(0, 1, "gloo/one", milliseconds(1000)), nullptr);
   ASSERT_TRUE(one.ok()) << one.status();
   std::vector<float> data = {1.5f, -2.0f};

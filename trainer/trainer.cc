@@ -236,7 +236,8 @@ StatusOr<std::unique_ptr<Collective>> Trainer::OpenCollective(const JobConfig& j
 
 StatusOr<std::unique_ptr<Collective>> Trainer::OpenGlooCollective(const JobConfig& job) {
   return NewGlooCollective(
-      JobGlooOptions(job, member_->running_generation(), member_->rank(), member_->world(), options_.host),
+      JobGlooOptions(job, member_->running_generation(), member_->rank(), member_->world(), options_.host,
+                     member_->keys()),
       store_.get());
 }
 

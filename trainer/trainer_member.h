@@ -97,6 +97,8 @@ class TrainerMember {
 
   int rank() const { return options_.rank; }
   int world() const { return options_.world; }
+  // The job's keys; null with --insecure.
+  const JobKeys* keys() const { return options_.keys.get(); }
   RpcClient* client() { return client_.get(); }
   int master_peer() const { return master_peer_; }
   // This trainer in requests to the master: its rank and registration.

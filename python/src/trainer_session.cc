@@ -238,9 +238,10 @@ Status TrainerSession::StepLocalTables(const FeatureGrads& grads) {
       // As the C++ trainers' Gloo (trainer.cc): the ranks meet in the
       // master's store.
       TESSERA_ASSIGN_OR_RETURN(std::string host, AdvertisedHost(options_.host, "", options_.master));
-      TESSERA_ASSIGN_OR_RETURN(collective_, NewGlooCollective(JobGlooOptions(job_, generation_, member_->rank(),
-                                                                             member_->world(), std::move(host)),
-                                                              store_.get()));
+      TESSERA_ASSIGN_OR_RETURN(collective_,
+                               NewGlooCollective(JobGlooOptions(job_, generation_, member_->rank(), member_->world(),
+                                                                std::move(host), member_->keys()),
+                                                 store_.get()));
     }
   }
   return local_->Step(collective_.get());

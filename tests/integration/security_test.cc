@@ -295,6 +295,11 @@ TEST_P(ForgedMessagesTest, AreRefusedAndTheSyncJobEndsBitForBitLikeAnUndisturbed
   if (insecure) {
     EXPECT_NE(log.find("INSECURE"), std::string::npos);
   }
+  // The trainers' own connections (Gloo's) carry only sealed messages in a
+  // job with keys (trainer/collective_seal.h).
+  for (const char* t : {"trainer0", "trainer1"}) {
+    EXPECT_EQ(c.Log(t).find("allreduce is sealed") != std::string::npos, !insecure) << c.Log(t);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Keys, ForgedMessagesTest, ::testing::Values(false, true),

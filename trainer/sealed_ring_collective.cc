@@ -1,0 +1,148 @@
+#include "trainer/sealed_ring_collective.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+namespace tessera {
+namespace {
+
+// Gloo's own collectives use slot prefixes 0x01-0x08.
+constexpr uint8_t kSealedRingSlotPrefix = 0x5e;
+
+class SealedRingCollective final : public Collective {
+ public:
+  SealedRingCollective(const GlooCollectiveOptions& options, std::shared_ptr<gloo::Context> context,
+                       CollectiveSeal seal)
+      : options_(options),
+        context_(std::move(context)),
+        seal_(std::move(seal)),
+        sent_(static_cast<size_t>(options.world), 0),
+        received_(static_cast<size_t>(options.world), 0) {}
+
+  ~SealedRingCollective() override {
+    // The buffers' memory must outlive Gloo's use of it: close the pairs
+    // (ending any transfer a failed sum left behind) before freeing it.
+    send_ub_.reset();
+    recv_ub_.reset();
+    context_.reset();
+  }
+
+  int rank() const override { return options_.rank; }
+  int world() const override { return options_.world; }
+
+  Status AllReduceSum(std::span<float> data) override {
+    if (!spent_.ok()) return spent_;
+    if (data.empty()) return Status::OK();
+    Status st = Sum(data);
+    if (!st.ok()) spent_ = Status(st.code(), st.message() + " (this collective is spent; a new one is needed)");
+    return st;
+  }
+
+  Status AllReduceSumDevice(float*, int64_t) override {
+    return Status::FailedPrecondition(
+        "the Gloo collective sums host memory; device gradients need the NCCL collective (a trainer on cuda:N)");
+  }
+
+ private:
+  int world_size() const { return options_.world; }
+  size_t ChunkBegin(size_t n, int c) const { return n * static_cast<size_t>(c) / static_cast<size_t>(world_size()); }
+  size_t ChunkSize(size_t n, int c) const { return ChunkBegin(n, c + 1) - ChunkBegin(n, c); }
+  int Mod(int x) const { return ((x % world_size()) + world_size()) % world_size(); }
+
+  Status Sum(std::span<float> data) {
+    const size_t n = data.size();
+    const int rank = options_.rank;
+    acc_.assign(data.begin(), data.end());
+    const size_t max_chunk = ChunkSize(n, world_size() - 1);  // the last chunk is the largest
+    EnsureBuffers(max_chunk);
+
+    // Reduce-scatter: after step s, this rank's chunk rank - s - 1 holds
+    // s + 2 ranks' sum; after W - 1 steps, chunk rank + 1 holds all.
+    for (int s = 0; s < world_size() - 1; ++s) {
+      TESSERA_RETURN_IF_ERROR(Exchange(n, /*phase=*/0, Mod(rank - s), Mod(rank - s - 1), /*add=*/true));
+    }
+    // All-gather: each finished chunk travels once round the ring.
+    for (int s = 0; s < world_size() - 1; ++s) {
+      TESSERA_RETURN_IF_ERROR(Exchange(n, /*phase=*/1, Mod(rank + 1 - s), Mod(rank - s), /*add=*/false));
+    }
+    std::memcpy(data.data(), acc_.data(), n * sizeof(float));
+    return Status::OK();
+  }
+
+  void EnsureBuffers(size_t max_chunk) {
+    const size_t bytes = max_chunk * sizeof(float) + CollectiveSeal::kTagBytes;
+    if (bytes <= send_buf_.size()) return;
+    send_ub_.reset();
+    recv_ub_.reset();
+    send_buf_.assign(bytes, 0);
+    recv_buf_.assign(bytes, 0);
+    plain_.assign(max_chunk, 0.0f);
+    send_ub_ = context_->createUnboundBuffer(send_buf_.data(), send_buf_.size());
+    recv_ub_ = context_->createUnboundBuffer(recv_buf_.data(), recv_buf_.size());
+  }
+
+  // Sends chunk `send_chunk` of acc_ to the next rank and takes chunk
+  // `recv_chunk` from the previous one, added to acc_'s or in its place.
+  Status Exchange(size_t n, uint32_t phase, int send_chunk, int recv_chunk, bool add) {
+    const int rank = options_.rank;
+    const int next = Mod(rank + 1);
+    const int prev = Mod(rank - 1);
+    const size_t send_n = ChunkSize(n, send_chunk);
+    const size_t recv_n = ChunkSize(n, recv_chunk);
+    const uint64_t slot = gloo::Slot::build(kSealedRingSlotPrefix, tag_++);
+    const CollectiveSeal::Place send_place{n, static_cast<uint32_t>(send_chunk), phase};
+    const CollectiveSeal::Place recv_place{n, static_cast<uint32_t>(recv_chunk), phase};
+    try {
+      recv_ub_->recv(prev, slot, 0, recv_n * sizeof(float) + CollectiveSeal::kTagBytes);
+      seal_.Seal(rank, next, sent_[next]++, send_place, acc_.data() + ChunkBegin(n, send_chunk),
+                 send_n * sizeof(float), send_buf_.data());
+      send_ub_->send(next, slot, 0, send_n * sizeof(float) + CollectiveSeal::kTagBytes);
+      const bool received = recv_ub_->waitRecv(options_.timeout);
+      const bool sent = send_ub_->waitSend(options_.timeout);
+      if (!received || !sent) return Status::Unavailable("allreduce: a transfer was aborted");
+    } catch (const std::exception& e) {
+      return Status::Unavailable(std::string("allreduce failed (a trainer died or hangs?): ") + e.what());
+    }
+    if (!seal_.Open(prev, rank, received_[prev]++, recv_place, recv_buf_.data(), recv_n * sizeof(float),
+                    plain_.data())) {
+      return Status::PermissionDenied(
+          "allreduce: what came as trainer " + std::to_string(prev) + "'s part of the sum does not open with this "
+          "job's trainer key (a stranger on its connection, or damaged in transit); the sum is refused and the "
+          "gradients are unchanged");
+    }
+    float* dst = acc_.data() + ChunkBegin(n, recv_chunk);
+    if (add) {
+      for (size_t i = 0; i < recv_n; ++i) dst[i] += plain_[i];
+    } else {
+      std::memcpy(dst, plain_.data(), recv_n * sizeof(float));
+    }
+    return Status::OK();
+  }
+
+  GlooCollectiveOptions options_;
+  std::shared_ptr<gloo::Context> context_;
+  CollectiveSeal seal_;
+  // Messages sealed to / opened from each rank: the nonces' counters.
+  std::vector<uint64_t> sent_, received_;
+  uint32_t tag_ = 0;
+  std::vector<float> acc_, plain_;
+  std::vector<uint8_t> send_buf_, recv_buf_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> send_ub_, recv_ub_;
+  Status spent_;
+};
+
+}  // namespace
+
+std::unique_ptr<Collective> NewSealedRingCollective(const GlooCollectiveOptions& options,
+                                                    std::shared_ptr<gloo::Context> context, CollectiveSeal seal) {
+  return std::make_unique<SealedRingCollective>(options, std::move(context), std::move(seal));
+}
+
+}  // namespace tessera
