@@ -195,7 +195,7 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "python3")
 # What building against the installed libraries needs (TesseraConfig.cmake).
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS
-  "cmake, g++, pkgconf, libzmq3-dev, cppzmq-dev, libgoogle-glog-dev, librocksdb-dev, libgloo-dev, libsodium-dev, libopenblas-dev, nlohmann-json3-dev, libcpp-httplib-dev, python3-matplotlib")
+  "cmake, g++, pkgconf, libzmq3-dev, cppzmq-dev, libgoogle-glog-dev, librocksdb-dev, libgloo-dev, libssl-dev, libopenblas-dev, nlohmann-json3-dev, libcpp-httplib-dev, python3-matplotlib")
 set(CPACK_GENERATOR DEB)
 include(CPack)
 

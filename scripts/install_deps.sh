@@ -10,7 +10,7 @@ PKGS=(
   libgflags-dev libgoogle-glog-dev
   libgtest-dev
   libgloo-dev                 # CPU collectives
-  libsodium-dev               # the trainers' sealed allreduce (and CURVE, through libzmq)
+  libssl-dev                  # the trainers' sealed allreduce (OpenSSL's AES-GCM)
   libopenblas-dev             # dense layers
   nlohmann-json3-dev          # job config and control-plane JSON
   libcpp-httplib-dev          # the roles' Prometheus endpoint (--metrics_port)

@@ -1,7 +1,12 @@
 #include "trainer/collective_seal.h"
 
-#include <sodium.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include <glog/logging.h>
@@ -9,15 +14,9 @@
 namespace tessera {
 namespace {
 
-// sodium_init picks each primitive's fastest implementation for this CPU;
-// it may be called any number of times, from any thread.
-void InitSodium() { CHECK_GE(sodium_init(), 0) << "libsodium failed to initialize"; }
-
-constexpr size_t kNonceBytes = 12;  // both ciphers' IETF nonce
-static_assert(crypto_aead_aes256gcm_NPUBBYTES == kNonceBytes);
-static_assert(crypto_aead_chacha20poly1305_ietf_NPUBBYTES == kNonceBytes);
-static_assert(crypto_aead_aes256gcm_ABYTES == CollectiveSeal::kTagBytes);
-static_assert(crypto_aead_chacha20poly1305_ietf_ABYTES == CollectiveSeal::kTagBytes);
+constexpr size_t kNonceBytes = 12;  // both ciphers' IETF nonce, OpenSSL's default IV length for them
+// EVP's lengths are ints: longer messages go through in pieces.
+constexpr size_t kMaxPiece = size_t{1} << 30;
 
 void PutLe(uint64_t v, int bytes, uint8_t* out) {
   for (int i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -40,27 +39,38 @@ std::array<uint8_t, 16> Associated(const CollectiveSeal::Place& place) {
   return ad;
 }
 
-}  // namespace
+// Whether this CPU computes AES-GCM in hardware (AES-NI and carry-less
+// multiply); without, OpenSSL's software AES is slower than ChaCha20.
+bool CpuHasAesGcm() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("aes") && __builtin_cpu_supports("pclmul");
+#else
+  return false;
+#endif
+}
 
-struct CollectiveSeal::AesState {
-  crypto_aead_aes256gcm_state state;
+struct CipherCtx {
+  CipherCtx() : ctx(EVP_CIPHER_CTX_new()) { CHECK(ctx != nullptr) << "OpenSSL: out of memory for a cipher context"; }
+  ~CipherCtx() { EVP_CIPHER_CTX_free(ctx); }
+  EVP_CIPHER_CTX* ctx;
 };
+
+}  // namespace
 
 CollectiveSeal::CollectiveSeal(CollectiveSeal&&) noexcept = default;
 CollectiveSeal& CollectiveSeal::operator=(CollectiveSeal&&) noexcept = default;
-CollectiveSeal::~CollectiveSeal() { sodium_memzero(key_.data(), key_.size()); }
+CollectiveSeal::~CollectiveSeal() { OPENSSL_cleanse(key_.data(), key_.size()); }
 
 std::string CollectiveSeal::NewContribution() {
-  InitSodium();
   std::string c(kContributionBytes, '\0');
-  randombytes_buf(c.data(), kContributionBytes - 1);
-  c.back() = crypto_aead_aes256gcm_is_available() ? 1 : 0;
+  CHECK_EQ(RAND_bytes(reinterpret_cast<unsigned char*>(c.data()), static_cast<int>(kContributionBytes - 1)), 1)
+      << "OpenSSL's random generator failed";
+  c.back() = CpuHasAesGcm() ? 1 : 0;
   return c;
 }
 
 StatusOr<CollectiveSeal> CollectiveSeal::ForSession(std::string_view secret, std::string_view name,
                                                     const std::vector<std::string>& contributions) {
-  InitSodium();
   if (secret.size() != kSecretBytes) {
     return Status::InvalidArgument("collective seal: the trainers' secret must be " + std::to_string(kSecretBytes) +
                                    " bytes, not " + std::to_string(secret.size()));
@@ -75,29 +85,27 @@ StatusOr<CollectiveSeal> CollectiveSeal::ForSession(std::string_view secret, std
     }
     all_aes = all_aes && contributions[r].back() == 1;
   }
-  CollectiveSeal seal;
-  // BLAKE2b keyed with the secret, over what makes this collective itself.
-  crypto_generichash_state h;
-  crypto_generichash_init(&h, reinterpret_cast<const unsigned char*>(secret.data()), secret.size(),
-                          seal.key_.size());
+  // HMAC-SHA256 keyed with the secret, over what makes this collective
+  // itself: the name (its length first, so no name runs into the shares)
+  // and every rank's share.
   static constexpr char kDomain[] = "tessera collective seal v1";
-  crypto_generichash_update(&h, reinterpret_cast<const unsigned char*>(kDomain), sizeof(kDomain));
+  std::string message(kDomain, sizeof(kDomain));
   std::array<uint8_t, 8> len{};
   PutLe(name.size(), 8, len.data());
-  crypto_generichash_update(&h, len.data(), len.size());
-  crypto_generichash_update(&h, reinterpret_cast<const unsigned char*>(name.data()), name.size());
-  for (const std::string& c : contributions) {
-    crypto_generichash_update(&h, reinterpret_cast<const unsigned char*>(c.data()), c.size());
+  message.append(reinterpret_cast<const char*>(len.data()), len.size());
+  message.append(name);
+  for (const std::string& c : contributions) message += c;
+  CollectiveSeal seal;
+  unsigned int key_bytes = 0;
+  if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+           reinterpret_cast<const unsigned char*>(message.data()), message.size(), seal.key_.data(),
+           &key_bytes) == nullptr ||
+      key_bytes != seal.key_.size()) {
+    return Status::Internal("collective seal: OpenSSL's HMAC-SHA256 failed");
   }
-  crypto_generichash_final(&h, seal.key_.data(), seal.key_.size());
-
-  // Every rank's own contribution says what its CPU has, so all ranks agree;
-  // the local check only guards against a contribution that lies.
-  if (all_aes && crypto_aead_aes256gcm_is_available()) {
-    seal.cipher_ = Cipher::kAes256Gcm;
-    seal.aes_ = std::make_unique<AesState>();
-    crypto_aead_aes256gcm_beforenm(&seal.aes_->state, seal.key_.data());
-  }
+  OPENSSL_cleanse(message.data(), message.size());
+  // Every rank's own share says what its CPU has, so all ranks choose alike.
+  seal.cipher_ = all_aes ? Cipher::kAes256Gcm : Cipher::kChaCha20Poly1305;
   return seal;
 }
 
@@ -109,31 +117,42 @@ void CollectiveSeal::Seal(int from, int to, uint64_t counter, const Place& place
                           uint8_t* out) const {
   const auto nonce = Nonce(from, to, counter);
   const auto ad = Associated(place);
+  const EVP_CIPHER* cipher = cipher_ == Cipher::kAes256Gcm ? EVP_aes_256_gcm() : EVP_chacha20_poly1305();
+  CipherCtx c;
+  int n = 0;
+  CHECK_EQ(EVP_EncryptInit_ex(c.ctx, cipher, nullptr, key_.data(), nonce.data()), 1);
+  CHECK_EQ(EVP_EncryptUpdate(c.ctx, nullptr, &n, ad.data(), static_cast<int>(ad.size())), 1);
   const auto* m = static_cast<const unsigned char*>(plain);
-  unsigned long long out_bytes = 0;
-  if (cipher_ == Cipher::kAes256Gcm) {
-    crypto_aead_aes256gcm_encrypt_afternm(out, &out_bytes, m, bytes, ad.data(), ad.size(), nullptr, nonce.data(),
-                                          &aes_->state);
-  } else {
-    crypto_aead_chacha20poly1305_ietf_encrypt(out, &out_bytes, m, bytes, ad.data(), ad.size(), nullptr, nonce.data(),
-                                              key_.data());
+  for (size_t done = 0; done < bytes;) {
+    const size_t piece = std::min(kMaxPiece, bytes - done);
+    CHECK_EQ(EVP_EncryptUpdate(c.ctx, out + done, &n, m + done, static_cast<int>(piece)), 1);
+    CHECK_EQ(static_cast<size_t>(n), piece);  // stream ciphers: all out at once
+    done += piece;
   }
-  DCHECK_EQ(out_bytes, bytes + kTagBytes);
+  CHECK_EQ(EVP_EncryptFinal_ex(c.ctx, out + bytes, &n), 1);
+  CHECK_EQ(EVP_CIPHER_CTX_ctrl(c.ctx, EVP_CTRL_AEAD_GET_TAG, static_cast<int>(kTagBytes), out + bytes), 1);
 }
 
 bool CollectiveSeal::Open(int from, int to, uint64_t counter, const Place& place, const uint8_t* sealed, size_t bytes,
                           void* plain) const {
   const auto nonce = Nonce(from, to, counter);
   const auto ad = Associated(place);
+  const EVP_CIPHER* cipher = cipher_ == Cipher::kAes256Gcm ? EVP_aes_256_gcm() : EVP_chacha20_poly1305();
+  CipherCtx c;
+  int n = 0;
+  if (EVP_DecryptInit_ex(c.ctx, cipher, nullptr, key_.data(), nonce.data()) != 1) return false;
+  if (EVP_DecryptUpdate(c.ctx, nullptr, &n, ad.data(), static_cast<int>(ad.size())) != 1) return false;
   auto* m = static_cast<unsigned char*>(plain);
-  unsigned long long plain_bytes = 0;
-  const int rc =
-      cipher_ == Cipher::kAes256Gcm
-          ? crypto_aead_aes256gcm_decrypt_afternm(m, &plain_bytes, nullptr, sealed, bytes + kTagBytes, ad.data(),
-                                                  ad.size(), nonce.data(), &aes_->state)
-          : crypto_aead_chacha20poly1305_ietf_decrypt(m, &plain_bytes, nullptr, sealed, bytes + kTagBytes, ad.data(),
-                                                      ad.size(), nonce.data(), key_.data());
-  return rc == 0 && plain_bytes == bytes;
+  for (size_t done = 0; done < bytes;) {
+    const size_t piece = std::min(kMaxPiece, bytes - done);
+    if (EVP_DecryptUpdate(c.ctx, m + done, &n, sealed + done, static_cast<int>(piece)) != 1) return false;
+    done += piece;
+  }
+  // The tag is read-only to us; OpenSSL's control call takes it non-const.
+  unsigned char tag[kTagBytes];
+  std::memcpy(tag, sealed + bytes, kTagBytes);
+  if (EVP_CIPHER_CTX_ctrl(c.ctx, EVP_CTRL_AEAD_SET_TAG, static_cast<int>(kTagBytes), tag) != 1) return false;
+  return EVP_DecryptFinal_ex(c.ctx, m + bytes, &n) == 1;
 }
 
 }  // namespace tessera

