@@ -188,7 +188,7 @@ class ProcessGroup:
                                 rank=self.rank, world_size=self.world, timeout=datetime.timedelta(seconds=timeout_s))
 
 
-def train(session, rank, world, metrics_file=None, log=print, dense_state=None):
+def train(session, rank, world, metrics_file=None, log=print, dense_state=None, sealed_ddp=True):
     job = session.job
     training = job["training"]
     ebc = tt.EmbeddingBagCollection(session)
@@ -208,7 +208,11 @@ def train(session, rank, world, metrics_file=None, log=print, dense_state=None):
             return model
         # Collectives time out as the C++ trainers' Gloo does (runtime.collective_timeout_ms).
         group.join(session.generation, job.get("runtime", {}).get("collective_timeout_ms", 120000) / 1000.0)
-        return torch.nn.parallel.DistributedDataParallel(model)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        if sealed_ddp:
+            # The gradients go through the session's collective, sealed in a job with keys, not torch's Gloo.
+            ddp.register_comm_hook(session, tt.sealed_allreduce_hook)
+        return ddp
 
     dense = dense_of_generation()
 
@@ -298,6 +302,9 @@ def main():
     p.add_argument("--world", type=int, default=1)
     p.add_argument("--keys", help="the job's key folder")
     p.add_argument("--insecure", action="store_true")
+    p.add_argument("--ddp_allreduce", choices=["tessera", "torch"], default="tessera",
+                   help="how DDP sums the dense gradients: through the session's collective, sealed in a job with keys "
+                        "(tessera.torch.sealed_allreduce_hook), or torch's own Gloo allreduce, unencrypted")
     p.add_argument("--metrics_file", help="per-step metrics as JSON lines")
     p.add_argument("--metrics_port", type=int, default=None,
                    help="serve Prometheus metrics on this port, as the C++ trainer's flag (0: any free port)")
@@ -322,7 +329,7 @@ def main():
         if session.metrics_url:
             print(f"trainer {args.rank}: metrics at {session.metrics_url}", flush=True)
         result, _ = train(session, args.rank, args.world, args.metrics_file,
-                          dense_state=dense_state)
+                          dense_state=dense_state, sealed_ddp=args.ddp_allreduce == "tessera")
         session.finish(eval=result.get("eval"))
 
 

@@ -6,6 +6,7 @@
 // several sessions (one per thread) and Python threads go on meanwhile.
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -144,6 +145,28 @@ class PySession {
     {
       py::gil_scoped_release nogil;
       st = session_->Push(g);
+    }
+    Check(st);
+  }
+
+  // In place: the array must be the caller's own memory (torch's, through
+  // numpy), so no cast or copy may stand in for it.
+  void AllReduceSum(const py::handle& obj) {
+    if (!py::isinstance<py::array>(obj)) {
+      throw py::type_error("allreduce_sum: expected a numpy array, got " + std::string(py::str(obj.get_type())));
+    }
+    auto arr = py::reinterpret_borrow<py::array>(obj);
+    if (!arr.dtype().is(py::dtype::of<float>())) {
+      throw py::type_error("allreduce_sum: expected dtype float32, got " + std::string(py::str(arr.dtype())));
+    }
+    if (!(arr.flags() & py::array::c_style) || !arr.writeable()) {
+      throw py::value_error("allreduce_sum: the array must be C-contiguous and writable (it is summed in place)");
+    }
+    std::span<float> data(static_cast<float*>(arr.mutable_data()), static_cast<size_t>(arr.size()));
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = session_->AllReduceSum(data);
     }
     Check(st);
   }
@@ -296,6 +319,10 @@ PYBIND11_MODULE(_tessera, m) {
            "Adds delta to the counter at `key` in the master's rendezvous store (0 when unset); the new count")
       .def("push", &PySession::Push, py::arg("grads"),
            "Sends the output gradients of the last training lookup (float32, the lookup's shapes).")
+      .def("allreduce_sum", &PySession::AllReduceSum, py::arg("array"),
+           "Sums a float32 array (C-contiguous, writable) over the job's trainers, in place, through the session's "
+           "own collective: sealed in a job with keys. Every trainer calls it with the same sizes in the same "
+           "order (tessera.torch.sealed_allreduce_hook does, for DDP's gradients).")
       .def(
           "record_loss",
           [](PySession& s, double loss_sum, int64_t examples) { s.session().RecordLoss(loss_sum, examples); },

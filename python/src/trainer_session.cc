@@ -228,23 +228,34 @@ StatusOr<std::string> TrainerSession::SaveState() {
   return EncodeParams(arrays);
 }
 
+Status TrainerSession::OpenCollective() {
+  if (collective_ != nullptr) return Status::OK();
+  if (member_->world() == 1) {
+    collective_ = NewLocalCollective();
+    return Status::OK();
+  }
+  // As the C++ trainers' Gloo (trainer.cc): the ranks meet in the master's
+  // store.
+  TESSERA_ASSIGN_OR_RETURN(std::string host, AdvertisedHost(options_.host, "", options_.master));
+  TESSERA_ASSIGN_OR_RETURN(collective_, NewGlooCollective(JobGlooOptions(job_, generation_, member_->rank(),
+                                                                         member_->world(), std::move(host),
+                                                                         member_->keys()),
+                                                          store_.get()));
+  return Status::OK();
+}
+
 Status TrainerSession::StepLocalTables(const FeatureGrads& grads) {
   if (local_->empty()) return Status::OK();
   TESSERA_RETURN_IF_ERROR(local_->Backward(local_kjt_, grads));
-  if (collective_ == nullptr) {
-    if (member_->world() == 1) {
-      collective_ = NewLocalCollective();
-    } else {
-      // As the C++ trainers' Gloo (trainer.cc): the ranks meet in the
-      // master's store.
-      TESSERA_ASSIGN_OR_RETURN(std::string host, AdvertisedHost(options_.host, "", options_.master));
-      TESSERA_ASSIGN_OR_RETURN(collective_,
-                               NewGlooCollective(JobGlooOptions(job_, generation_, member_->rank(), member_->world(),
-                                                                std::move(host), member_->keys()),
-                                                 store_.get()));
-    }
-  }
+  TESSERA_RETURN_IF_ERROR(OpenCollective());
   return local_->Step(collective_.get());
+}
+
+Status TrainerSession::AllReduceSum(std::span<float> data) {
+  if (finished_) return Status::FailedPrecondition("allreduce_sum after finish()");
+  TESSERA_RETURN_IF_ERROR(broken_);
+  TESSERA_RETURN_IF_ERROR(Keep(OpenCollective()));
+  return Keep(collective_->AllReduceSum(data));
 }
 
 // The program's keys live under "user/", apart from the session's own.

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,14 @@ class TrainerSession {
   Status StoreSet(const std::string& key, std::string value);
   StatusOr<std::string> StoreGet(const std::string& key, std::chrono::milliseconds timeout);
   StatusOr<int64_t> StoreAdd(const std::string& key, int64_t delta);
+  // Sums `data` over the job's trainers, in place, through the session's own
+  // collective: the one its data-parallel tables use, sealed in a job with
+  // keys (trainer/collective_seal.h). For the program's dense gradients
+  // (tessera.torch.sealed_allreduce_hook, a DDP communication hook): then
+  // they never cross torch's unsealed Gloo connections. Every trainer calls
+  // it with the same sizes in the same order; a failure (a peer gone, a
+  // message that does not open) breaks the session like a failed push.
+  Status AllReduceSum(std::span<float> data);
   // The metrics endpoint's URL, or "" when metrics_port was -1.
   std::string metrics_url() const { return metrics_->url(); }
 
@@ -148,6 +157,9 @@ class TrainerSession {
   // After the step's push: its data-parallel rows' gradients, summed over
   // the trainers, through the tables' optimizers.
   Status StepLocalTables(const FeatureGrads& grads);
+  // Opens collective_ when it is not (the first sum of a generation that
+  // rolled back or began); the ranks meet in the master's store.
+  Status OpenCollective();
   // After a barrier at which the servers changed (`why`): joins the next
   // generation. One that starts at an earlier step is a rollback: entered,
   // and reported as an error until FollowRollback.
@@ -169,8 +181,8 @@ class TrainerSession {
   JobConfig job_;
   std::unique_ptr<EmbeddingClient> embeddings_;
   // Data-parallel tables, held here as the C++ trainer holds them, and the
-  // collective that sums their gradients (opened at their first step of a
-  // generation that rolled back or began; null without such tables).
+  // collective that sums their gradients and AllReduceSum's (opened at the
+  // first sum of a generation that rolled back or began).
   std::unique_ptr<DataParallelTables> local_;
   std::unique_ptr<MasterStore> store_;  // made at the first generation; kept
   std::unique_ptr<Collective> collective_;

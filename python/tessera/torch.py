@@ -33,6 +33,7 @@ from . import Session
 BOUNDARY_CHECK_EVERY = 16
 
 __all__ = [
+    "sealed_allreduce_hook",
     "PoolingType",
     "EmbeddingBagConfig",
     "EmbeddingConfig",
@@ -403,6 +404,33 @@ def _check_tables(tables, job_tables):
         if diff:
             raise ValueError(f"table '{name}' differs from the job's: " +
                              ", ".join(f"{k} {g!r} here, {w!r} in the job" for k, (g, w) in diff.items()))
+
+
+def sealed_allreduce_hook(session, bucket):
+    """A DistributedDataParallel communication hook that sums each gradient
+    bucket through the session's own collective instead of torch's process
+    group:
+
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        ddp.register_comm_hook(session, tessera.torch.sealed_allreduce_hook)
+
+    In a job with keys that collective seals every message (AES-GCM, a key
+    derived from the job's trainer secret: docs/design.md, "Who may say
+    what"), so the dense gradients never cross torch's Gloo connections,
+    which anyone who reaches a trainer's port could read or feed. The
+    bucket is averaged as DDP's default hook averages it (divided by the
+    world size, then summed). CPU tensors only; the sum is done when the
+    hook returns (no overlap with the rest of the backward). DDP's process
+    group still carries what DDP sends besides gradients (the model's
+    initial broadcast)."""
+    tensor = bucket.buffer()
+    if tensor.device.type != "cpu":
+        raise ValueError(f"sealed_allreduce_hook sums CPU tensors, not {tensor.device} ones")
+    tensor.div_(session.world)
+    session.allreduce_sum(tensor.detach().numpy())
+    future = torch.futures.Future()
+    future.set_result(tensor)
+    return future
 
 
 def _make_store_class():

@@ -21,13 +21,20 @@ class LocalJob:
         self.tmp = pathlib.Path(tmp)
         self.procs = []
 
-    def start(self, config, num_ps, num_trainers, master_flags=()):
+    def start(self, config, num_ps, num_trainers, master_flags=(), keys=None):
+        # keys: the job's key folder (written here when missing), or None for --insecure.
+        self.security = ["--insecure"]
+        if keys is not None:
+            if not pathlib.Path(keys).exists():
+                subprocess.run([str(BUILD / "master" / "tessera_master"), "--make_keys", str(keys)], check=True,
+                               capture_output=True)
+            self.security = ["--keys", str(keys)]
         cfg = self.tmp / "job.json"
         cfg.write_text(json.dumps(config))
         endpoint = self.tmp / "master.endpoint"
         self.summary = self.tmp / "summary.json"
         self.master = self._start("master", [
-            str(BUILD / "master" / "tessera_master"), "--config", str(cfg), "--insecure",
+            str(BUILD / "master" / "tessera_master"), "--config", str(cfg), *self.security,
             "--bind", "tcp://127.0.0.1:0", "--endpoint_file", str(endpoint),
             "--num_ps", str(num_ps), "--num_trainers", str(num_trainers),
             "--summary_file", str(self.summary), *master_flags])
@@ -38,13 +45,13 @@ class LocalJob:
             time.sleep(0.05)
         self.address = endpoint.read_text().strip()
         self.servers = [self._start(f"ps{i}", [str(BUILD / "ps" / "tessera_ps"), "--master", self.address,
-                                               "--insecure"]) for i in range(num_ps)]
+                                               *self.security]) for i in range(num_ps)]
 
     def add_server(self):
         """One more parameter server, which registers with the running job."""
         i = len(self.servers)
         self.servers.append(self._start(f"ps{i}", [str(BUILD / "ps" / "tessera_ps"), "--master", self.address,
-                                                   "--insecure"]))
+                                                   *self.security]))
 
     def _start(self, name, argv):
         out = open(self.tmp / f"{name}.log", "wb")
@@ -69,18 +76,19 @@ class LocalJob:
 
 @pytest.fixture
 def local_job(tmp_path):
-    """local_job(config, num_ps=2, num_trainers=1, master_flags=()) -> LocalJob (stopped at the end)."""
+    """local_job(config, num_ps=2, num_trainers=1, master_flags=(), keys=None) -> LocalJob (stopped at the
+    end); keys: a key folder (written when missing) instead of --insecure."""
     for binary in (BUILD / "master" / "tessera_master", BUILD / "ps" / "tessera_ps"):
         if not binary.exists():
             pytest.fail(f"{binary} is missing: build first (scripts/build.sh) or set TESSERA_BUILD_DIR")
     jobs = []
 
-    def start(config, num_ps=2, num_trainers=1, master_flags=()):
+    def start(config, num_ps=2, num_trainers=1, master_flags=(), keys=None):
         d = tmp_path / f"job{len(jobs)}"
         d.mkdir()
         job = LocalJob(d)
         jobs.append(job)  # stopped at the end even if it fails to start
-        job.start(config, num_ps, num_trainers, master_flags)
+        job.start(config, num_ps, num_trainers, master_flags, keys)
         return job
 
     yield start

@@ -240,6 +240,13 @@ def test_two_trainers_in_sync_mode_see_each_others_updates(local_job):
     assert job.wait_master() == 0, job.log("master")
 
 
+def train_one_step(session):
+    """One training step of one id per feature, lookup and push."""
+    emb = tt.RemoteEmbeddings(session)
+    kjt = tt.KeyedJaggedTensor(emb.features, torch.zeros(1, dtype=torch.int64), torch.ones(1, dtype=torch.int32))
+    sum(o.sum() for o in emb(kjt).values()).backward()
+
+
 def test_the_store_for_the_programs_process_group(local_job):
     """tessera.torch.Store: the master's rendezvous store as torch's, shared
     by the job's trainers: gets wait for a key, adds count atomically, a key
@@ -275,10 +282,7 @@ def test_the_store_for_the_programs_process_group(local_job):
                 t = torch.full((3,), float(rank + 1))
                 pg.allreduce([t]).wait()
                 sums[rank] = (t, store.add("counter", 0))
-                emb = tt.RemoteEmbeddings(session)
-                kjt = tt.KeyedJaggedTensor(emb.features, torch.zeros(1, dtype=torch.int64),
-                                           torch.ones(1, dtype=torch.int32))
-                sum(o.sum() for o in emb(kjt).values()).backward()
+                train_one_step(session)
         except Exception as e:  # noqa: BLE001 - reported below, in the test's thread
             errors.append(e)
 
@@ -286,6 +290,52 @@ def test_the_store_for_the_programs_process_group(local_job):
     for rank in range(2):
         assert torch.equal(sums[rank][0], torch.full((3,), 3.0))
         assert sums[rank][1] == 15  # 5 x 1 + 5 x 2, after both added (the allreduce ordered it)
+    assert job.wait_master() == 0, job.log("master")
+
+
+@pytest.mark.parametrize("security", ["insecure", "keys"])
+def test_allreduce_sum_and_the_ddp_hook_sum_over_the_trainers(tmp_path, local_job, security):
+    """session.allreduce_sum sums in place over the job's trainers (sealed
+    with keys), tessera.torch.sealed_allreduce_hook averages a DDP bucket
+    through it, and arrays it cannot sum in place are refused."""
+    config = job_config("python_allreduce")
+    config["tables"] = config["tables"][:1]
+    keys = tmp_path / "keys" if security == "keys" else None
+    job = local_job(config, num_ps=1, num_trainers=2, keys=keys)
+    errors, got = [], {}
+
+    class Bucket:  # what DDP hands a communication hook
+        def __init__(self, tensor):
+            self._tensor = tensor
+
+        def buffer(self):
+            return self._tensor
+
+    def trainer(rank):
+        try:
+            kw = {"keys": str(keys)} if keys else {"insecure": True}
+            with tessera.init(master=job.address, rank=rank, world=2, **kw) as session:
+                a = np.arange(100003, dtype=np.float32) * (rank + 1)
+                session.allreduce_sum(a)
+                t = torch.full((7,), float(rank + 1))
+                done = tt.sealed_allreduce_hook(session, Bucket(t)).wait()
+                got[rank] = (a, done, t)
+                with pytest.raises(TypeError, match="float32"):
+                    session.allreduce_sum(np.zeros(3, dtype=np.float64))
+                with pytest.raises(TypeError, match="numpy array"):
+                    session.allreduce_sum([1.0, 2.0])
+                with pytest.raises(ValueError, match="C-contiguous"):
+                    session.allreduce_sum(np.zeros((4, 4), dtype=np.float32)[:, 1])
+                train_one_step(session)
+        except Exception as e:  # noqa: BLE001 - reported below, in the test's thread
+            errors.append(e)
+
+    run_ranks(trainer, errors)
+    want = np.arange(100003, dtype=np.float32) * 3
+    for rank in range(2):
+        a, done, t = got[rank]
+        assert np.array_equal(a, want), f"rank {rank}"
+        assert done is t and torch.equal(t, torch.full((7,), 1.5))  # (1 + 2) / 2, in the bucket's own tensor
     assert job.wait_master() == 0, job.log("master")
 
 
@@ -541,7 +591,7 @@ def run_two_python_trainers(job, tmp, during=None, cpp=False):
             log = open(tmp / f"trainer{r}.log", "wb")
             program = [str(BUILD / "trainer" / "tessera_trainer")] if cpp else [sys.executable, EXAMPLE]
             procs.append(subprocess.Popen(
-                program + ["--master", job.address, "--insecure", "--rank", str(r), "--world", "2",
+                program + ["--master", job.address, *job.security, "--rank", str(r), "--world", "2",
                            "--metrics_file", str(tmp / f"trainer{r}.jsonl")],
                 stdout=log, stderr=subprocess.STDOUT, env=env))
         if during:
@@ -600,18 +650,22 @@ def test_two_python_trainers_follow_a_server_added_mid_job_bit_for_bit(tmp_path,
     assert compare.returncode == 0, compare.stdout + compare.stderr
 
 
-def test_python_trainers_equal_cpp_trainers_with_a_data_parallel_table(tmp_path, local_job):
+@pytest.mark.parametrize("security", ["insecure", "keys"])
+def test_python_trainers_equal_cpp_trainers_with_a_data_parallel_table(tmp_path, local_job, security):
     """The same sync job (a data-parallel table beside sharded ones, 2
     trainers) trained by examples/dlrm_criteo.py and by tessera_trainer:
     every step's loss of each trainer, the tables (the data-parallel one
-    from trainer 0's dp.params) and the dense model within 1e-5."""
+    from trainer 0's dp.params) and the dense model within 1e-5. With keys
+    both sum their dense gradients through sealed collectives (the example's
+    DDP through tessera.torch.sealed_allreduce_hook)."""
     config = dlrm_job("python_vs_cpp_dp", steps=150)
     assert any(t["sharding_type"] == "data_parallel" for t in config["tables"])
     (tmp_path / "job.json").write_text(json.dumps(config))
+    keys = tmp_path / "keys" if security == "keys" else None
     for name in ("python", "cpp"):
         d = tmp_path / name
         d.mkdir()
-        job = local_job(config, num_ps=2, num_trainers=2, master_flags=["--dump_dir", str(d / "dump")])
+        job = local_job(config, num_ps=2, num_trainers=2, master_flags=["--dump_dir", str(d / "dump")], keys=keys)
         run_two_python_trainers(job, d, cpp=name == "cpp")
         assert job.wait_master() == 0, job.log("master")
         assert (d / "dump" / "dp.params").exists(), f"{name}: trainer 0 wrote no dp.params"
