@@ -211,7 +211,7 @@ def train(session, rank, world, metrics_file=None, log=print, dense_state=None, 
         ddp = torch.nn.parallel.DistributedDataParallel(model)
         if sealed_ddp:
             # The gradients go through the session's collective, sealed in a job with keys, not torch's Gloo.
-            ddp.register_comm_hook(session, tt.sealed_allreduce_hook)
+            ddp.register_comm_hook(tt.SealedAllreduce(session), tt.sealed_allreduce_hook)
         return ddp
 
     dense = dense_of_generation()

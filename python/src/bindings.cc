@@ -151,7 +151,7 @@ class PySession {
 
   // In place: the array must be the caller's own memory (torch's, through
   // numpy), so no cast or copy may stand in for it.
-  void AllReduceSum(const py::handle& obj) {
+  void AllReduceSum(const py::handle& obj, const py::object& ticket) {
     if (!py::isinstance<py::array>(obj)) {
       throw py::type_error("allreduce_sum: expected a numpy array, got " + std::string(py::str(obj.get_type())));
     }
@@ -163,10 +163,11 @@ class PySession {
       throw py::value_error("allreduce_sum: the array must be C-contiguous and writable (it is summed in place)");
     }
     std::span<float> data(static_cast<float*>(arr.mutable_data()), static_cast<size_t>(arr.size()));
+    const int64_t t = ticket.is_none() ? session_->TakeSumTicket() : ticket.cast<int64_t>();
     Status st;
     {
       py::gil_scoped_release nogil;
-      st = session_->AllReduceSum(data);
+      st = session_->AllReduceSum(data, t);
     }
     Check(st);
   }
@@ -319,10 +320,15 @@ PYBIND11_MODULE(_tessera, m) {
            "Adds delta to the counter at `key` in the master's rendezvous store (0 when unset); the new count")
       .def("push", &PySession::Push, py::arg("grads"),
            "Sends the output gradients of the last training lookup (float32, the lookup's shapes).")
-      .def("allreduce_sum", &PySession::AllReduceSum, py::arg("array"),
+      .def("allreduce_sum", &PySession::AllReduceSum, py::arg("array"), py::arg("ticket") = py::none(),
            "Sums a float32 array (C-contiguous, writable) over the job's trainers, in place, through the session's "
-           "own collective: sealed in a job with keys. Every trainer calls it with the same sizes in the same "
-           "order (tessera.torch.sealed_allreduce_hook does, for DDP's gradients).")
+           "own collective: sealed in a job with keys. Every trainer sums the same sizes in the same order: sums "
+           "run in the order of their tickets (take_sum_ticket; without one, a ticket taken now), from any thread "
+           "(tessera.torch.sealed_allreduce_hook sums DDP's buckets so, on a thread of its own).")
+      .def(
+          "take_sum_ticket", [](PySession& s) { return s.session().TakeSumTicket(); },
+          "A place in the order of the session's sums, for an allreduce_sum run later, perhaps on another thread; "
+          "every ticket taken must be used, or later sums wait for it forever")
       .def(
           "record_loss",
           [](PySession& s, double loss_sum, int64_t examples) { s.session().RecordLoss(loss_sum, examples); },

@@ -66,7 +66,12 @@ Status TrainerSession::Enter(const TrainerMember::GenerationStart& start, bool r
       return Status::DataLoss("the checkpoint's trainer state lacks the rows of the job's data-parallel tables");
     }
     local_ = std::make_unique<DataParallelTables>(std::move(local));
-    collective_.reset();  // a trainer may be a new process: the collective meets again
+    // A trainer may be a new process: the collective meets again.
+    TESSERA_RETURN_IF_ERROR(RunInTurn(TakeSumTicket(), [this] {
+      collective_.reset();
+      sum_failure_ = Status::OK();
+      return Status::OK();
+    }));
     start_state_ = std::move(user_state);
   }
   if (store_ == nullptr) {
@@ -247,15 +252,39 @@ Status TrainerSession::OpenCollective() {
 Status TrainerSession::StepLocalTables(const FeatureGrads& grads) {
   if (local_->empty()) return Status::OK();
   TESSERA_RETURN_IF_ERROR(local_->Backward(local_kjt_, grads));
-  TESSERA_RETURN_IF_ERROR(OpenCollective());
-  return local_->Step(collective_.get());
+  return RunInTurn(TakeSumTicket(), [this] {
+    TESSERA_RETURN_IF_ERROR(sum_failure_);
+    Status st = OpenCollective();
+    if (st.ok()) st = local_->Step(collective_.get());
+    if (!st.ok()) sum_failure_ = st;
+    return st;
+  });
 }
 
-Status TrainerSession::AllReduceSum(std::span<float> data) {
-  if (finished_) return Status::FailedPrecondition("allreduce_sum after finish()");
-  TESSERA_RETURN_IF_ERROR(broken_);
-  TESSERA_RETURN_IF_ERROR(Keep(OpenCollective()));
-  return Keep(collective_->AllReduceSum(data));
+int64_t TrainerSession::TakeSumTicket() { return next_ticket_.fetch_add(1); }
+
+Status TrainerSession::RunInTurn(int64_t ticket, const std::function<Status()>& fn) {
+  {
+    std::unique_lock<std::mutex> lock(turn_mu_);
+    turn_cv_.wait(lock, [&] { return turn_ == ticket; });
+  }
+  Status st = fn();
+  {
+    std::lock_guard<std::mutex> lock(turn_mu_);
+    ++turn_;
+  }
+  turn_cv_.notify_all();
+  return st;
+}
+
+Status TrainerSession::AllReduceSum(std::span<float> data, int64_t ticket) {
+  return RunInTurn(ticket, [&] {
+    TESSERA_RETURN_IF_ERROR(sum_failure_);
+    Status st = OpenCollective();
+    if (st.ok()) st = collective_->AllReduceSum(data);
+    if (!st.ok()) sum_failure_ = st;
+    return st;
+  });
 }
 
 // The program's keys live under "user/", apart from the session's own.

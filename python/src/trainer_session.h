@@ -11,10 +11,13 @@
 // Not thread-safe: one step at a time, from one thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -117,10 +120,18 @@ class TrainerSession {
   // collective: the one its data-parallel tables use, sealed in a job with
   // keys (trainer/collective_seal.h). For the program's dense gradients
   // (tessera.torch.sealed_allreduce_hook, a DDP communication hook): then
-  // they never cross torch's unsealed Gloo connections. Every trainer calls
-  // it with the same sizes in the same order; a failure (a peer gone, a
-  // message that does not open) breaks the session like a failed push.
-  Status AllReduceSum(std::span<float> data);
+  // they never cross torch's unsealed Gloo connections.
+  //
+  // Every trainer must sum the same sizes in the same order, so sums run in
+  // the order of their tickets (TakeSumTicket), whichever thread runs them:
+  // a hook takes its ticket in the backward, in program order, and sums on
+  // a thread of its own while the backward goes on; the data-parallel
+  // tables' sums take theirs at the push. Thread-safe (the rest of the
+  // session is not). A failure (a peer gone, a message that does not open)
+  // spends the collective: every later sum fails alike until a rollback
+  // builds a new one.
+  int64_t TakeSumTicket();
+  Status AllReduceSum(std::span<float> data, int64_t ticket);
   // The metrics endpoint's URL, or "" when metrics_port was -1.
   std::string metrics_url() const { return metrics_->url(); }
 
@@ -158,8 +169,12 @@ class TrainerSession {
   // the trainers, through the tables' optimizers.
   Status StepLocalTables(const FeatureGrads& grads);
   // Opens collective_ when it is not (the first sum of a generation that
-  // rolled back or began); the ranks meet in the master's store.
+  // rolled back or began); the ranks meet in the master's store. REQUIRES:
+  // the sums' turn (RunInTurn).
   Status OpenCollective();
+  // Runs fn when every sum of an earlier ticket has run; the sums' state
+  // (collective_, sum_failure_) is then fn's alone.
+  Status RunInTurn(int64_t ticket, const std::function<Status()>& fn);
   // After a barrier at which the servers changed (`why`): joins the next
   // generation. One that starts at an earlier step is a rollback: entered,
   // and reported as an error until FollowRollback.
@@ -185,7 +200,12 @@ class TrainerSession {
   // first sum of a generation that rolled back or began).
   std::unique_ptr<DataParallelTables> local_;
   std::unique_ptr<MasterStore> store_;  // made at the first generation; kept
-  std::unique_ptr<Collective> collective_;
+  std::unique_ptr<Collective> collective_;  // used in the sums' turn only
+  Status sum_failure_;                      // likewise: the sum that spent collective_
+  std::atomic<int64_t> next_ticket_{0};
+  std::mutex turn_mu_;
+  std::condition_variable turn_cv_;
+  int64_t turn_ = 0;  // GUARDED_BY(turn_mu_): the ticket whose sum may run
   KeyedJaggedTensor local_kjt_;  // the last training batch, for the tables' backward
   std::vector<int> dims_;
   std::vector<bool> pooled_;

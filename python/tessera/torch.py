@@ -33,6 +33,7 @@ from . import Session
 BOUNDARY_CHECK_EVERY = 16
 
 __all__ = [
+    "SealedAllreduce",
     "sealed_allreduce_hook",
     "PoolingType",
     "EmbeddingBagConfig",
@@ -406,30 +407,64 @@ def _check_tables(tables, job_tables):
                              ", ".join(f"{k} {g!r} here, {w!r} in the job" for k, (g, w) in diff.items()))
 
 
-def sealed_allreduce_hook(session, bucket):
-    """A DistributedDataParallel communication hook that sums each gradient
-    bucket through the session's own collective instead of torch's process
-    group:
+class SealedAllreduce:
+    """The state of sealed_allreduce_hook: the session whose collective sums
+    DDP's gradient buckets, and the thread that runs the sums while the
+    backward goes on.
 
         ddp = torch.nn.parallel.DistributedDataParallel(model)
-        ddp.register_comm_hook(session, tessera.torch.sealed_allreduce_hook)
+        ddp.register_comm_hook(tessera.torch.SealedAllreduce(session),
+                               tessera.torch.sealed_allreduce_hook)
+    """
 
-    In a job with keys that collective seals every message (AES-GCM, a key
-    derived from the job's trainer secret: docs/design.md, "Who may say
-    what"), so the dense gradients never cross torch's Gloo connections,
-    which anyone who reaches a trainer's port could read or feed. The
-    bucket is averaged as DDP's default hook averages it (divided by the
-    world size, then summed). CPU tensors only; the sum is done when the
-    hook returns (no overlap with the rest of the backward). DDP's process
-    group still carries what DDP sends besides gradients (the model's
-    initial broadcast)."""
+    def __init__(self, session):
+        import concurrent.futures
+        self.session = session
+        # One thread: the sums run in the order the hook took their tickets.
+        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tessera-allreduce")
+
+    def sum_later(self, array, ticket, done):
+        """Sums `array` in place at `ticket`'s turn on this state's thread,
+        then calls done(None), or done(exception)."""
+        def run():
+            try:
+                self.session.allreduce_sum(array, ticket)
+            except BaseException as e:  # noqa: BLE001 - handed to the future DDP waits on
+                done(e)
+                return
+            done(None)
+        self._thread.submit(run)
+
+
+def sealed_allreduce_hook(state, bucket):
+    """A DistributedDataParallel communication hook (its state a
+    SealedAllreduce) that sums each gradient bucket through the session's
+    own collective instead of torch's process group. In a job with keys that
+    collective seals every message (AES-GCM, a key derived from the job's
+    trainer secret: docs/design.md, "Who may say what"), so the dense
+    gradients never cross torch's Gloo connections, which anyone who reaches
+    a trainer's port could read or feed. The bucket is averaged as DDP's
+    default hook averages it (divided by the world size, then summed), on
+    the state's thread while the backward goes on. CPU tensors only. DDP's
+    process group still carries what DDP sends besides gradients (the
+    model's initial broadcast)."""
+    if not isinstance(state, SealedAllreduce):
+        raise TypeError("sealed_allreduce_hook's state is a tessera.torch.SealedAllreduce(session), not "
+                        f"{type(state).__name__}")
     tensor = bucket.buffer()
     if tensor.device.type != "cpu":
         raise ValueError(f"sealed_allreduce_hook sums CPU tensors, not {tensor.device} ones")
-    tensor.div_(session.world)
-    session.allreduce_sum(tensor.detach().numpy())
+    tensor.div_(state.session.world)
     future = torch.futures.Future()
-    future.set_result(tensor)
+
+    def done(error):
+        if error is None:
+            future.set_result(tensor)
+        else:
+            future.set_exception(error)
+
+    # The ticket now, in the backward's order, which every trainer shares.
+    state.sum_later(tensor.detach().numpy(), state.session.take_sum_ticket(), done)
     return future
 
 

@@ -317,9 +317,21 @@ def test_allreduce_sum_and_the_ddp_hook_sum_over_the_trainers(tmp_path, local_jo
             with tessera.init(master=job.address, rank=rank, world=2, **kw) as session:
                 a = np.arange(100003, dtype=np.float32) * (rank + 1)
                 session.allreduce_sum(a)
-                t = torch.full((7,), float(rank + 1))
-                done = tt.sealed_allreduce_hook(session, Bucket(t)).wait()
-                got[rank] = (a, done, t)
+                # The hook's sums run on a thread of their own, in the order the hook was called in, also
+                # against sums of this thread: rank 1 calls them in a different rhythm.
+                state = tt.SealedAllreduce(session)
+                buckets = [torch.full((n,), float(rank + 1)) for n in (7, 100, 3000)]
+                futures = []
+                for i, t in enumerate(buckets):
+                    if rank == 1 and i == 1:
+                        time.sleep(0.2)
+                    futures.append(tt.sealed_allreduce_hook(state, Bucket(t)))
+                b = np.full(11, float(rank + 1), dtype=np.float32)
+                session.allreduce_sum(b)  # after the buckets' sums, though on this thread
+                done = [f.wait() for f in futures]
+                got[rank] = (a, done, buckets, b)
+                with pytest.raises(TypeError, match="SealedAllreduce"):
+                    tt.sealed_allreduce_hook(session, Bucket(buckets[0]))
                 with pytest.raises(TypeError, match="float32"):
                     session.allreduce_sum(np.zeros(3, dtype=np.float64))
                 with pytest.raises(TypeError, match="numpy array"):
@@ -333,9 +345,11 @@ def test_allreduce_sum_and_the_ddp_hook_sum_over_the_trainers(tmp_path, local_jo
     run_ranks(trainer, errors)
     want = np.arange(100003, dtype=np.float32) * 3
     for rank in range(2):
-        a, done, t = got[rank]
+        a, done, buckets, b = got[rank]
         assert np.array_equal(a, want), f"rank {rank}"
-        assert done is t and torch.equal(t, torch.full((7,), 1.5))  # (1 + 2) / 2, in the bucket's own tensor
+        for d, t in zip(done, buckets):
+            assert d is t and torch.equal(t, torch.full(t.shape, 1.5))  # (1 + 2) / 2, in the bucket's own tensor
+        assert np.array_equal(b, np.full(11, 3.0, dtype=np.float32))
     assert job.wait_master() == 0, job.log("master")
 
 
