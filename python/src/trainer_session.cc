@@ -264,13 +264,27 @@ Status TrainerSession::StepLocalTables(const FeatureGrads& grads) {
 int64_t TrainerSession::TakeSumTicket() { return next_ticket_.fetch_add(1); }
 
 Status TrainerSession::RunInTurn(int64_t ticket, const std::function<Status()>& fn) {
+  const std::string which = "sum ticket " + std::to_string(ticket);
+  if (ticket < 0 || ticket >= next_ticket_.load()) {
+    return Status::InvalidArgument(which + " was never taken (session.take_sum_ticket)");
+  }
   {
     std::unique_lock<std::mutex> lock(turn_mu_);
-    turn_cv_.wait(lock, [&] { return turn_ == ticket; });
+    // An earlier ticket taken and never used would hold every later sum: a
+    // collective timeout bounds the wait, as it bounds a sum.
+    const auto timeout = std::chrono::milliseconds(job_.runtime.collective_timeout_ms);
+    if (!turn_cv_.wait_for(lock, timeout, [&] { return turn_ > ticket || (turn_ == ticket && !turn_taken_); })) {
+      return Status::DeadlineExceeded(which + ": an earlier ticket's sum did not run within " +
+                                      std::to_string(timeout.count()) +
+                                      " ms (runtime.collective_timeout_ms); was a ticket taken and never used?");
+    }
+    if (turn_ > ticket) return Status::FailedPrecondition(which + " was used already");
+    turn_taken_ = true;
   }
   Status st = fn();
   {
     std::lock_guard<std::mutex> lock(turn_mu_);
+    turn_taken_ = false;
     ++turn_;
   }
   turn_cv_.notify_all();

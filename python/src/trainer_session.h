@@ -205,7 +205,8 @@ class TrainerSession {
   std::atomic<int64_t> next_ticket_{0};
   std::mutex turn_mu_;
   std::condition_variable turn_cv_;
-  int64_t turn_ = 0;  // GUARDED_BY(turn_mu_): the ticket whose sum may run
+  int64_t turn_ = 0;         // GUARDED_BY(turn_mu_): the ticket whose sum may run
+  bool turn_taken_ = false;  // GUARDED_BY(turn_mu_): and it runs
   KeyedJaggedTensor local_kjt_;  // the last training batch, for the tables' backward
   std::vector<int> dims_;
   std::vector<bool> pooled_;

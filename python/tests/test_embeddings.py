@@ -332,6 +332,11 @@ def test_allreduce_sum_and_the_ddp_hook_sum_over_the_trainers(tmp_path, local_jo
                 got[rank] = (a, done, buckets, b)
                 with pytest.raises(TypeError, match="SealedAllreduce"):
                     tt.sealed_allreduce_hook(session, Bucket(buckets[0]))
+                # Tickets: one never taken, one used already; both refused at once, not waited for.
+                with pytest.raises(ValueError, match="never taken"):
+                    session.allreduce_sum(b, 10**6)
+                with pytest.raises(RuntimeError, match="used already"):
+                    session.allreduce_sum(b, 0)
                 with pytest.raises(TypeError, match="float32"):
                     session.allreduce_sum(np.zeros(3, dtype=np.float64))
                 with pytest.raises(TypeError, match="numpy array"):
