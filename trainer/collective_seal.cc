@@ -49,6 +49,10 @@ bool CpuHasAesGcm() {
 #endif
 }
 
+const EVP_CIPHER* EvpCipher(CollectiveSeal::Cipher c) {
+  return c == CollectiveSeal::Cipher::kAes256Gcm ? EVP_aes_256_gcm() : EVP_chacha20_poly1305();
+}
+
 struct CipherCtx {
   CipherCtx() : ctx(EVP_CIPHER_CTX_new()) { CHECK(ctx != nullptr) << "OpenSSL: out of memory for a cipher context"; }
   ~CipherCtx() { EVP_CIPHER_CTX_free(ctx); }
@@ -117,10 +121,9 @@ void CollectiveSeal::Seal(int from, int to, uint64_t counter, const Place& place
                           uint8_t* out) const {
   const auto nonce = Nonce(from, to, counter);
   const auto ad = Associated(place);
-  const EVP_CIPHER* cipher = cipher_ == Cipher::kAes256Gcm ? EVP_aes_256_gcm() : EVP_chacha20_poly1305();
   CipherCtx c;
   int n = 0;
-  CHECK_EQ(EVP_EncryptInit_ex(c.ctx, cipher, nullptr, key_.data(), nonce.data()), 1);
+  CHECK_EQ(EVP_EncryptInit_ex(c.ctx, EvpCipher(cipher_), nullptr, key_.data(), nonce.data()), 1);
   CHECK_EQ(EVP_EncryptUpdate(c.ctx, nullptr, &n, ad.data(), static_cast<int>(ad.size())), 1);
   const auto* m = static_cast<const unsigned char*>(plain);
   for (size_t done = 0; done < bytes;) {
@@ -137,10 +140,9 @@ bool CollectiveSeal::Open(int from, int to, uint64_t counter, const Place& place
                           void* plain) const {
   const auto nonce = Nonce(from, to, counter);
   const auto ad = Associated(place);
-  const EVP_CIPHER* cipher = cipher_ == Cipher::kAes256Gcm ? EVP_aes_256_gcm() : EVP_chacha20_poly1305();
   CipherCtx c;
   int n = 0;
-  if (EVP_DecryptInit_ex(c.ctx, cipher, nullptr, key_.data(), nonce.data()) != 1) return false;
+  if (EVP_DecryptInit_ex(c.ctx, EvpCipher(cipher_), nullptr, key_.data(), nonce.data()) != 1) return false;
   if (EVP_DecryptUpdate(c.ctx, nullptr, &n, ad.data(), static_cast<int>(ad.size())) != 1) return false;
   auto* m = static_cast<unsigned char*>(plain);
   for (size_t done = 0; done < bytes;) {

@@ -252,10 +252,14 @@ Status TrainerSession::OpenCollective() {
 Status TrainerSession::StepLocalTables(const FeatureGrads& grads) {
   if (local_->empty()) return Status::OK();
   TESSERA_RETURN_IF_ERROR(local_->Backward(local_kjt_, grads));
-  return RunInTurn(TakeSumTicket(), [this] {
+  return SumInTurn(TakeSumTicket(), [this](Collective* c) { return local_->Step(c); });
+}
+
+Status TrainerSession::SumInTurn(int64_t ticket, const std::function<Status(Collective*)>& sum) {
+  return RunInTurn(ticket, [&] {
     TESSERA_RETURN_IF_ERROR(sum_failure_);
     Status st = OpenCollective();
-    if (st.ok()) st = local_->Step(collective_.get());
+    if (st.ok()) st = sum(collective_.get());
     if (!st.ok()) sum_failure_ = st;
     return st;
   });
@@ -292,13 +296,7 @@ Status TrainerSession::RunInTurn(int64_t ticket, const std::function<Status()>& 
 }
 
 Status TrainerSession::AllReduceSum(std::span<float> data, int64_t ticket) {
-  return RunInTurn(ticket, [&] {
-    TESSERA_RETURN_IF_ERROR(sum_failure_);
-    Status st = OpenCollective();
-    if (st.ok()) st = collective_->AllReduceSum(data);
-    if (!st.ok()) sum_failure_ = st;
-    return st;
-  });
+  return SumInTurn(ticket, [&](Collective* c) { return c->AllReduceSum(data); });
 }
 
 // The program's keys live under "user/", apart from the session's own.

@@ -175,6 +175,9 @@ class TrainerSession {
   // Runs fn when every sum of an earlier ticket has run; the sums' state
   // (collective_, sum_failure_) is then fn's alone.
   Status RunInTurn(int64_t ticket, const std::function<Status()>& fn);
+  // In `ticket`'s turn: sum(collective_), opened if need be; a failure
+  // spends the collective (sum_failure_), and later sums fail alike.
+  Status SumInTurn(int64_t ticket, const std::function<Status(Collective*)>& sum);
   // After a barrier at which the servers changed (`why`): joins the next
   // generation. One that starts at an earlier step is a rollback: entered,
   // and reported as an error until FollowRollback.
