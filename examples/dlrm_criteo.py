@@ -208,10 +208,13 @@ def train(session, rank, world, metrics_file=None, log=print, dense_state=None, 
             return model
         # Collectives time out as the C++ trainers' Gloo does (runtime.collective_timeout_ms).
         group.join(session.generation, job.get("runtime", {}).get("collective_timeout_ms", 120000) / 1000.0)
-        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        ddp = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
         if sealed_ddp:
-            # The gradients go through the session's collective, sealed in a job with keys, not torch's Gloo.
+            # The gradients go through the session's collective, sealed in a job with keys, not torch's Gloo;
+            # and the model DDP has just broadcast over Gloo is broadcast again through it, so what a
+            # stranger might have fed that broadcast is overwritten.
             ddp.register_comm_hook(tt.SealedAllreduce(session), tt.sealed_allreduce_hook)
+            tt.broadcast_module(model, session)
         return ddp
 
     dense = dense_of_generation()

@@ -19,7 +19,6 @@ and change nothing on the servers.
 
 import dataclasses
 import enum
-import logging
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -33,6 +32,7 @@ from . import Session
 BOUNDARY_CHECK_EVERY = 16
 
 __all__ = [
+    "broadcast_module",
     "SealedAllreduce",
     "sealed_allreduce_hook",
     "PoolingType",
@@ -244,23 +244,17 @@ class RemoteEmbeddings(torch.nn.Module):
 
     def _agree_on_boundary(self):
         """Before the next step's lookup is sent: every BOUNDARY_CHECK_EVERY
-        steps the trainers tell each other (a one-float allreduce over the
-        default torch.distributed group, which DDP uses too) whether any has
-        heard the master ask for a boundary, and all stop at this step if so.
-        A lone trainer needs no agreement (the session stops by itself)."""
+        steps the trainers tell each other (a one-float sum through the
+        session's own collective: sealed in a job with keys, and needing no
+        torch.distributed group) whether any has heard the master ask for a
+        boundary, and all stop at this step if so. A lone trainer needs no
+        agreement (the session stops by itself)."""
         s = self.session
         if s.world == 1 or s.step <= s.start_step or s.step % BOUNDARY_CHECK_EVERY != 0:
             return
-        import torch.distributed as dist
-        if not (dist.is_available() and dist.is_initialized()):
-            if s.boundary_requested and not getattr(self, "_warned", False):
-                logging.warning("tessera: the master asks the trainers to stop at a step boundary, but without "
-                                "torch.distributed initialized they cannot agree on the step: they go on")
-                self._warned = True
-            return
-        flag = torch.tensor([1.0 if s.boundary_requested else 0.0])
-        dist.all_reduce(flag)
-        if flag.item() > 0:
+        flag = np.array([1.0 if s.boundary_requested else 0.0], dtype=np.float32)
+        s.allreduce_sum(flag)
+        if flag[0] > 0:
             s.stop_at_next_step()
 
     def _arrays(self, kjt):
@@ -407,6 +401,75 @@ def _check_tables(tables, job_tables):
                              ", ".join(f"{k} {g!r} here, {w!r} in the job" for k, (g, w) in diff.items()))
 
 
+def _raw_bytes(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous CPU tensor's storage as a flat uint8 tensor (a view)."""
+    flat = t.reshape(-1)
+    return flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
+
+
+def broadcast_module(module: torch.nn.Module, session: Session, src: int = 0) -> None:
+    """Makes every trainer's `module` (its parameters and buffers, of any
+    dtype) equal to trainer `src`'s, bit for bit, through the session's own
+    collective: sealed in a job with keys, so unlike DDP's broadcast over
+    torch's Gloo group no stranger who reaches a trainer can read or replace
+    the model. Every trainer calls it with a module of the same layout;
+    layouts that differ raise ValueError on every trainer and change nothing.
+
+        ddp = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
+        tessera.torch.broadcast_module(model, session)   # what DDP broadcast, again, sealed
+
+    The bytes travel as 16-bit integers held in float32 (exact: src adds its
+    values, every other trainer zeros), twice the module's bytes once.
+    CPU tensors only."""
+    if not isinstance(session, Session):
+        raise TypeError("broadcast_module's second argument must be a tessera Session (tessera.init)")
+    if not 0 <= src < session.world:
+        raise ValueError(f"broadcast_module: src {src} is not a trainer rank (world {session.world})")
+    tensors = list(module.parameters()) + list(module.buffers())
+    for t in tensors:
+        if t.device.type != "cpu":
+            raise ValueError(f"broadcast_module broadcasts CPU tensors, not {t.device} ones")
+    if session.world == 1:
+        return
+    # First the layout: each trainer puts its own (a digest of every tensor's
+    # dtype and shape, and the byte count) in its slot, so a mismatch is
+    # named instead of summing arrays of different sizes.
+    import hashlib
+    layout = repr([(str(t.dtype), tuple(t.shape)) for t in tensors]).encode()
+    total = sum(t.numel() * t.element_size() for t in tensors)
+    mine = hashlib.sha256(layout).digest()[:8] + total.to_bytes(8, "little")
+    slots = np.zeros((session.world, len(mine) // 2), dtype=np.float32)
+    slots[session.rank] = np.frombuffer(mine, dtype="<u2")
+    session.allreduce_sum(slots)
+    theirs = [bytes(row.astype("<u2").tobytes()) for row in slots]
+    differ = [r for r in range(session.world) if theirs[r] != theirs[src]]
+    if differ:
+        def says(r):
+            return f"trainer {r}: {int.from_bytes(theirs[r][8:], 'little')} bytes"
+        raise ValueError(f"broadcast_module: the trainers' modules differ in layout (dtypes, shapes) from trainer "
+                         f"{src}'s ({says(src)}; {', '.join(says(r) for r in differ)})")
+    with torch.no_grad():
+        raw = [_raw_bytes(t.detach().contiguous()) for t in tensors]
+        packed = np.zeros(total + (total & 1), dtype=np.uint8)
+        if session.rank == src:
+            at = 0
+            for r in raw:
+                packed[at:at + r.numel()] = r.numpy()
+                at += r.numel()
+        words = packed.view("<u2").astype(np.float32)
+        session.allreduce_sum(words)
+        packed = words.astype("<u2").view(np.uint8)
+        at = 0
+        for t in tensors:
+            n = t.numel() * t.element_size()
+            got = torch.from_numpy(packed[at:at + n].copy())
+            if t.is_contiguous():
+                _raw_bytes(t.data).copy_(got)
+            else:
+                t.data.copy_(got.view(t.dtype).view(t.shape))
+            at += n
+
+
 class SealedAllreduce:
     """The state of sealed_allreduce_hook: the session whose collective sums
     DDP's gradient buckets, and the thread that runs the sums while the
@@ -447,7 +510,8 @@ def sealed_allreduce_hook(state, bucket):
     default hook averages it (divided by the world size, then summed), on
     the state's thread while the backward goes on. CPU tensors only. DDP's
     process group still carries what DDP sends besides gradients (the
-    model's initial broadcast)."""
+    model's broadcast when DDP is built, which broadcast_module repeats
+    sealed, and its buffers' unless broadcast_buffers=False)."""
     if not isinstance(state, SealedAllreduce):
         raise TypeError("sealed_allreduce_hook's state is a tessera.torch.SealedAllreduce(session), not "
                         f"{type(state).__name__}")

@@ -293,6 +293,72 @@ def test_the_store_for_the_programs_process_group(local_job):
     assert job.wait_master() == 0, job.log("master")
 
 
+def module_of_every_dtype(rank, extra=False):
+    """A module whose parameters and buffers differ on every rank and cover
+    what a bytewise broadcast must keep: -0.0, a NaN's payload, float64,
+    bfloat16, int64, bool, an odd byte count and a non-contiguous buffer."""
+    g = torch.Generator().manual_seed(rank)
+    m = torch.nn.Module()
+    w = torch.randn(5, 3, generator=g)
+    if rank == 0:
+        w[0, 0] = -0.0
+        w.view(-1).view(torch.int32)[1] = 0x7FA00123  # a NaN with a payload
+    m.w = torch.nn.Parameter(w)
+    m.h = torch.nn.Parameter(torch.randn(7, generator=g).to(torch.bfloat16))
+    m.register_buffer("d", torch.randn(4, generator=g, dtype=torch.float64))
+    m.register_buffer("count", torch.tensor([rank * 1000 + 7, -(2**62) + rank], dtype=torch.int64))
+    m.register_buffer("mask", torch.tensor([rank == 0, rank != 0, True]))
+    m.register_buffer("odd", torch.arange(5, dtype=torch.uint8) + rank)
+    m.register_buffer("t", (torch.arange(12, dtype=torch.float32) + 100 * rank).reshape(3, 4).t())
+    if extra:
+        m.register_buffer("extra", torch.zeros(2))
+    return m
+
+
+def bytes_of_module(m):
+    return [t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+            for t in list(m.parameters()) + list(m.buffers())]
+
+
+@pytest.mark.parametrize("security", ["insecure", "keys"])
+def test_broadcast_module_makes_every_trainer_equal_to_src_bit_for_bit(tmp_path, local_job, security):
+    """tessera.torch.broadcast_module copies trainer src's parameters and
+    buffers, of every dtype, to the other trainers bit for bit (-0.0 and a
+    NaN's payload kept) through the session's collective; modules of another
+    layout raise ValueError on every trainer and are left as they were."""
+    config = job_config("python_broadcast")
+    config["tables"] = config["tables"][:1]
+    keys = tmp_path / "keys" if security == "keys" else None
+    job = local_job(config, num_ps=1, num_trainers=2, keys=keys)
+    errors, got = [], {}
+    src_bytes = bytes_of_module(module_of_every_dtype(1))
+
+    def trainer(rank):
+        try:
+            kw = {"keys": str(keys)} if keys else {"insecure": True}
+            with tessera.init(master=job.address, rank=rank, world=2, **kw) as session:
+                m = module_of_every_dtype(rank)
+                assert (bytes_of_module(m) == src_bytes) == (rank == 1)
+                tt.broadcast_module(m, session, src=1)
+                got[rank] = bytes_of_module(m)
+                # Another layout on rank 1: both refuse, and neither module changes.
+                other = module_of_every_dtype(rank + 10, extra=rank == 1)
+                before = bytes_of_module(other)
+                with pytest.raises(ValueError, match="differ in layout"):
+                    tt.broadcast_module(other, session)
+                assert bytes_of_module(other) == before
+                with pytest.raises(ValueError, match="not a trainer rank"):
+                    tt.broadcast_module(m, session, src=2)
+                train_one_step(session)
+        except Exception as e:  # noqa: BLE001 - reported below, in the test's thread
+            errors.append(e)
+
+    run_ranks(trainer, errors)
+    for rank in range(2):
+        assert got[rank] == src_bytes, f"rank {rank}"
+    assert job.wait_master() == 0, job.log("master")
+
+
 @pytest.mark.parametrize("security", ["insecure", "keys"])
 def test_allreduce_sum_and_the_ddp_hook_sum_over_the_trainers(tmp_path, local_job, security):
     """session.allreduce_sum sums in place over the job's trainers (sealed
