@@ -644,7 +644,8 @@ void ParseAllSections(const json& j, const std::string& base_dir, JobConfig* out
     TESSERA_RETURN_IF_ERROR(rf.OnlyKeys(
         {"heartbeat_ms", "peer_timeout_ms", "connection_loss_ms", "rpc_timeout_ms", "context_ttl_ms", "collective_timeout_ms",
          "recover_lost_servers", "precopy", "replacement_wait_ms", "max_recoveries",
-         "recover_lost_trainers", "trainer_replacement_wait_ms", "master_reconnect_ms", "stall_timeout_ms"}));
+         "recover_lost_trainers", "trainer_replacement_wait_ms", "master_reconnect_ms", "stall_timeout_ms",
+         "unsealed_nccl"}));
     TESSERA_RETURN_IF_ERROR(rf.Int("heartbeat_ms", &c.runtime.heartbeat_ms, false, 10, 600000));
     TESSERA_RETURN_IF_ERROR(rf.Int("peer_timeout_ms", &c.runtime.peer_timeout_ms, false, 100, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Int("connection_loss_ms", &c.runtime.connection_loss_ms, false, 0, 86400000));
@@ -659,6 +660,7 @@ void ParseAllSections(const json& j, const std::string& base_dir, JobConfig* out
         rf.Int("trainer_replacement_wait_ms", &c.runtime.trainer_replacement_wait_ms, false, 0, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Int("master_reconnect_ms", &c.runtime.master_reconnect_ms, false, 0, 86400000));
     TESSERA_RETURN_IF_ERROR(rf.Int("stall_timeout_ms", &c.runtime.stall_timeout_ms, false, 0, 7LL * 86400000));
+    TESSERA_RETURN_IF_ERROR(rf.Bool("unsealed_nccl", &c.runtime.unsealed_nccl, false));
     int64_t max_recoveries = c.runtime.max_recoveries;
     TESSERA_RETURN_IF_ERROR(rf.Int("max_recoveries", &max_recoveries, false, 0, 1000000));
     c.runtime.max_recoveries = static_cast<int>(max_recoveries);
@@ -836,7 +838,8 @@ json JobConfig::ToJson() const {
         {"recover_lost_trainers", runtime.recover_lost_trainers},
         {"trainer_replacement_wait_ms", runtime.trainer_replacement_wait_ms},
         {"master_reconnect_ms", runtime.master_reconnect_ms},
-        {"stall_timeout_ms", runtime.stall_timeout_ms}}},
+        {"stall_timeout_ms", runtime.stall_timeout_ms},
+        {"unsealed_nccl", runtime.unsealed_nccl}}},
   };
   if (data.source == "csv") {
     const CsvDataConfig& csv = data.csv;

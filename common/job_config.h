@@ -235,6 +235,12 @@ struct RuntimeConfig {
   // on its input, a deadlock) ends the job with an error naming it; 0: never.
   // Checkpoints and recoveries do not count as stalls.
   int64_t stall_timeout_ms = 1800000;
+  // In a job with keys, GPU trainers (a GPU each) sum their dense gradients
+  // through host memory, sealed as the CPU trainers' are, because NCCL's
+  // connections are neither authenticated nor encrypted: a stranger who
+  // reaches one could read or feed the sums. true: over NCCL anyway (faster;
+  // for networks only the job can reach), which every trainer logs.
+  bool unsealed_nccl = false;
 };
 
 // Consistent checkpoints at step boundaries (docs/operations.md).

@@ -50,6 +50,22 @@ TEST(JobConfigTest, PrefetchIsOnByDefaultOnlyWhereItIsExact) {
   EXPECT_TRUE(prefetch("async", &yes));
 }
 
+// NCCL's connections are in the clear: a job with keys uses them only when
+// its config says so.
+TEST(JobConfigTest, UnsealedNcclOnlyWhenAskedFor) {
+  json j = MinimalJob();
+  auto c = ParseJobConfigJson(j, "/base");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->runtime.unsealed_nccl);
+  j["runtime"] = {{"unsealed_nccl", true}};
+  c = ParseJobConfigJson(j, "/base");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->runtime.unsealed_nccl);
+  EXPECT_EQ(c->ToJson()["runtime"]["unsealed_nccl"], true);
+  j["runtime"] = {{"unsealed_nccl", "yes"}};
+  EXPECT_FALSE(ParseJobConfigJson(j, "/base").ok());
+}
+
 TEST(JobConfigTest, RoundTripsThroughJson) {
   auto c = ParseJobConfigJson(MinimalJob(), "/base");
   ASSERT_TRUE(c.ok());

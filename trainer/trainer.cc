@@ -214,8 +214,19 @@ StatusOr<std::unique_ptr<Collective>> Trainer::OpenCollective(const JobConfig& j
                                          milliseconds(job.runtime.collective_timeout_ms));
 #if defined(TESSERA_HAVE_NCCL)
   // Every trainer makes the same choice (they all read the same answers).
-  TESSERA_ASSIGN_OR_RETURN(const std::string why_not_nccl, WhyNotNccl(job));
+  TESSERA_ASSIGN_OR_RETURN(std::string why_not_nccl, WhyNotNccl(job));
+  const bool keyed = member_->keys() != nullptr;
+  if (why_not_nccl.empty() && keyed && !job.runtime.unsealed_nccl) {
+    why_not_nccl =
+        "the job has keys and NCCL's connections are neither authenticated nor encrypted (runtime.unsealed_nccl: "
+        "true takes NCCL anyway)";
+  }
   if (why_not_nccl.empty()) {
+    if (keyed) {
+      LOG(WARNING) << "trainer " << member_->rank()
+                   << ": the dense allreduce runs over NCCL, unsealed (runtime.unsealed_nccl): whoever reaches "
+                      "the trainers' NCCL connections can read and change the dense gradients";
+    }
     NcclCollectiveOptions no;
     no.rank = member_->rank();
     no.world = member_->world();
@@ -226,7 +237,7 @@ StatusOr<std::unique_ptr<Collective>> Trainer::OpenCollective(const JobConfig& j
   }
   if (options_.device >= 0) {
     LOG(WARNING) << "trainer " << member_->rank() << ": " << why_not_nccl
-                 << "; the dense allreduce goes through host memory (Gloo)";
+                 << "; the dense allreduce goes through host memory (Gloo" << (keyed ? ", sealed)" : ")");
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Collective> gloo, OpenGlooCollective(job));
     return StageDeviceSumsThroughHost(std::move(gloo));
   }
