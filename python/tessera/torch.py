@@ -293,6 +293,11 @@ class RemoteEmbeddings(torch.nn.Module):
         else:
             anchor = torch.empty(0, requires_grad=True)
             outs = _Lookup.apply(anchor, self.session, keys, batch, lengths, values, weights, None)
+        # The rows arrive in host memory; a batch on a GPU gets them there (one copy, which autograd's
+        # copy back brings the gradients home from).
+        device = kjt.values().device
+        if device.type != "cpu":
+            outs = [o.to(device) for o in outs]
         return dict(zip(self.features, outs))
 
     def forward(self, kjt) -> Dict[str, torch.Tensor]:
@@ -370,7 +375,7 @@ class EmbeddingBag(RemoteEmbeddings):
         elif input.dim() == 1:
             if offsets is None or offsets.dim() != 1:
                 raise ValueError("EmbeddingBag: a 1-D input needs 1-D offsets (the first id of each bag)")
-            ends = torch.cat([offsets[1:], torch.tensor([input.numel()], dtype=offsets.dtype)])
+            ends = torch.cat([offsets[1:], torch.tensor([input.numel()], dtype=offsets.dtype, device=offsets.device)])
             lengths = (ends - offsets).to(torch.int32)
             if (lengths < 0).any() or (offsets.numel() > 0 and offsets[0] != 0):
                 raise ValueError("EmbeddingBag: offsets must start at 0 and not decrease")
@@ -419,16 +424,13 @@ def broadcast_module(module: torch.nn.Module, session: Session, src: int = 0) ->
         tessera.torch.broadcast_module(model, session)   # what DDP broadcast, again, sealed
 
     The bytes travel as 16-bit integers held in float32 (exact: src adds its
-    values, every other trainer zeros), twice the module's bytes once.
-    CPU tensors only."""
+    values, every other trainer zeros), twice the module's bytes once,
+    through host memory for tensors on a GPU."""
     if not isinstance(session, Session):
         raise TypeError("broadcast_module's second argument must be a tessera Session (tessera.init)")
     if not 0 <= src < session.world:
         raise ValueError(f"broadcast_module: src {src} is not a trainer rank (world {session.world})")
     tensors = list(module.parameters()) + list(module.buffers())
-    for t in tensors:
-        if t.device.type != "cpu":
-            raise ValueError(f"broadcast_module broadcasts CPU tensors, not {t.device} ones")
     if session.world == 1:
         return
     # First the layout: each trainer puts its own (a digest of every tensor's
@@ -449,11 +451,11 @@ def broadcast_module(module: torch.nn.Module, session: Session, src: int = 0) ->
         raise ValueError(f"broadcast_module: the trainers' modules differ in layout (dtypes, shapes) from trainer "
                          f"{src}'s ({says(src)}; {', '.join(says(r) for r in differ)})")
     with torch.no_grad():
-        raw = [_raw_bytes(t.detach().contiguous()) for t in tensors]
         packed = np.zeros(total + (total & 1), dtype=np.uint8)
         if session.rank == src:
             at = 0
-            for r in raw:
+            for t in tensors:
+                r = _raw_bytes(t.detach().cpu().contiguous())
                 packed[at:at + r.numel()] = r.numpy()
                 at += r.numel()
         words = packed.view("<u2").astype(np.float32)
@@ -462,11 +464,8 @@ def broadcast_module(module: torch.nn.Module, session: Session, src: int = 0) ->
         at = 0
         for t in tensors:
             n = t.numel() * t.element_size()
-            got = torch.from_numpy(packed[at:at + n].copy())
-            if t.is_contiguous():
-                _raw_bytes(t.data).copy_(got)
-            else:
-                t.data.copy_(got.view(t.dtype).view(t.shape))
+            got = torch.from_numpy(packed[at:at + n].copy()).view(t.dtype).reshape(t.shape)
+            t.data.copy_(got)  # to the tensor's device, into its own layout
             at += n
 
 
