@@ -26,6 +26,7 @@ StatusOr<std::unique_ptr<Master>> Master::Start(const MasterOptions& options, co
   m->master_id_ = static_cast<int64_t>(std::random_device{}() & 0x7fffffffu) << 31 | std::random_device{}() >> 1;
   if (m->master_id_ == 0) m->master_id_ = 1;
   m->barrier_ = StepBarrier<Responder>(job.cluster.num_trainers);
+  m->listening_ = ListeningClock(ListeningClock::PauseFor(milliseconds(job.runtime.peer_timeout_ms)));
   Master* self = m.get();
   // Handlers only update membership and answer: the I/O thread runs them.
   TESSERA_ASSIGN_OR_RETURN(m->server_, RpcServer::Start(RpcServerOptions{options.bind_address, 0, options.keys},
@@ -147,6 +148,7 @@ Status Master::FindDeadMember(Clock::time_point now, int* ps, int* trainer) {
   *ps = -1;
   int lost_trainer = -1;
   const auto timeout = milliseconds(job_.runtime.peer_timeout_ms);
+  NoteSilenceCheck(now);
   auto silent = [&](Clock::time_point last) {
     return std::to_string(std::chrono::duration_cast<milliseconds>(now - last).count() / 1000.0).substr(0, 5);
   };
@@ -154,8 +156,9 @@ Status Master::FindDeadMember(Clock::time_point now, int* ps, int* trainer) {
   for (auto it = ps_.begin(); it != ps_.end();) {
     const bool in_generation =
         std::find(generation_ps_.begin(), generation_ps_.end(), it->first) != generation_ps_.end();
-    if (state_ != State::kWaiting && !in_generation && it->second.last_seen < now - timeout) {
-      LOG(WARNING) << DescribeServer(it->first) << " sent no heartbeat for " << silent(it->second.last_seen)
+    const Clock::time_point heard = listening_.Heard(it->second.last_seen);
+    if (state_ != State::kWaiting && !in_generation && heard < now - timeout) {
+      LOG(WARNING) << DescribeServer(it->first) << " sent no heartbeat for " << silent(heard)
                    << " s before it joined the job; forgotten";
       it = ps_.erase(it);
     } else {
@@ -179,8 +182,8 @@ Status Master::FindDeadMember(Clock::time_point now, int* ps, int* trainer) {
   Clock::time_point oldest = now - timeout;
   std::string who;
   for (const auto& [id, p] : ps_) {
-    if (p.last_seen < oldest) {
-      oldest = p.last_seen;
+    if (listening_.Heard(p.last_seen) < oldest) {
+      oldest = listening_.Heard(p.last_seen);
       who = DescribeServer(id);
       *ps = id;
       lost_trainer = -1;
@@ -188,8 +191,8 @@ Status Master::FindDeadMember(Clock::time_point now, int* ps, int* trainer) {
   }
   for (size_t i = 0; i < trainers_.size(); ++i) {
     const auto& t = trainers_[i];
-    if (t && !t->done && t->last_seen < oldest) {
-      oldest = t->last_seen;
+    if (t && !t->done && listening_.Heard(t->last_seen) < oldest) {
+      oldest = listening_.Heard(t->last_seen);
       who = "trainer " + std::to_string(i) + " (host " + t->host + ", pid " + std::to_string(t->pid) + ")";
       *ps = -1;
       lost_trainer = static_cast<int>(i);
@@ -198,6 +201,14 @@ Status Master::FindDeadMember(Clock::time_point now, int* ps, int* trainer) {
   if (trainer != nullptr) *trainer = lost_trainer;
   if (who.empty()) return Status::OK();
   return Status::Unavailable(who + " sent no heartbeat for " + silent(oldest) + " s: it died or hangs");
+}
+
+void Master::NoteSilenceCheck(Clock::time_point now) {
+  const Clock::duration paused = listening_.Check(now);
+  if (paused > Clock::duration::zero()) {
+    LOG(WARNING) << "the master did not run for " << std::chrono::duration<double>(paused).count()
+                 << " s (stopped, or starved of CPU): the members' silence until now is not counted";
+  }
 }
 
 Status Master::FindStalledTrainer(Clock::time_point now) const {
@@ -209,14 +220,14 @@ Status Master::FindStalledTrainer(Clock::time_point now) const {
   // trainer stalled for half of it is named too.
   const milliseconds timeout(job_.runtime.stall_timeout_ms);
   bool any = false;
-  for (const auto& t : trainers_) any = any || (t && !t->done && now - t->stepped_at >= timeout);
+  for (const auto& t : trainers_) any = any || (t && !t->done && now - listening_.Heard(t->stepped_at) >= timeout);
   if (!any) return Status::OK();
   std::string who;
   double longest = 0;
   for (size_t i = 0; i < trainers_.size(); ++i) {
     const auto& t = trainers_[i];
-    if (!t || t->done || now - t->stepped_at < timeout / 2) continue;
-    longest = std::max(longest, std::chrono::duration<double>(now - t->stepped_at).count());
+    if (!t || t->done || now - listening_.Heard(t->stepped_at) < timeout / 2) continue;
+    longest = std::max(longest, std::chrono::duration<double>(now - listening_.Heard(t->stepped_at)).count());
     who += (who.empty() ? "" : ", ") + std::string("trainer ") + std::to_string(i) + " (host " + t->host + ", pid " +
            std::to_string(t->pid) + ", " + std::to_string(std::max<int64_t>(t->steps_done, 0)) + " steps done)";
   }
@@ -373,12 +384,13 @@ std::vector<Master::ServerReply> Master::AwaitServerCalls(const ServerCalls& cal
     std::vector<std::pair<int, Status>> lost;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      NoteSilenceCheck(Clock::now());
       for (size_t i = 0; i < n; ++i) {
         if (!pending[i] || cancelled[i]) continue;
         auto it = ps_.find(calls.members[i]);
         const bool crashed = ConnectionLostSince(calls.peers[i], Clock::now()).has_value();
         if (it == ps_.end() || crashed ||
-            Clock::now() - it->second.last_seen > milliseconds(job_.runtime.peer_timeout_ms)) {
+            Clock::now() - listening_.Heard(it->second.last_seen) > milliseconds(job_.runtime.peer_timeout_ms)) {
           cancelled[i] = true;
           lost.emplace_back(calls.peers[i],
                             Status::Unavailable(DescribeServer(calls.members[i]) +

@@ -48,6 +48,7 @@
 #include "common/sharding_plan.h"
 #include "common/status.h"
 #include "master/kv_store.h"
+#include "master/listening_clock.h"
 #include "master/progress_line.h"
 #include "master/step_barrier.h"
 
@@ -289,6 +290,10 @@ class Master {
   // A running trainer that finished no step for runtime.stall_timeout_ms,
   // as an error naming it; OK when none. REQUIRES: mu_ held.
   Status FindStalledTrainer(Clock::time_point now) const;
+  // Every check of members' silence first notes itself, so that a pause of
+  // the master is not counted as their silence (listening_clock.h).
+  // REQUIRES: mu_ held.
+  void NoteSilenceCheck(Clock::time_point now);
   void PrintProgress();  // REQUIRES: mu_ held
   std::unique_ptr<ProgressLine> progress_line_;  // GUARDED_BY(mu_)
   // The last step every trainer reported, as PrintProgress shows it.
@@ -394,6 +399,8 @@ class Master {
   std::string requested_abort_;                          // GUARDED_BY(mu_)
   std::string reported_failure_;                         // GUARDED_BY(mu_)
   Clock::time_point reported_failure_at_;                // GUARDED_BY(mu_)
+  // Silence counts only while the master could hear (listening_clock.h).
+  ListeningClock listening_;                             // GUARDED_BY(mu_)
   nlohmann::json generations_ = nlohmann::json::array(); // GUARDED_BY(mu_): for the summary
 
   StepBarrier<Responder> barrier_;                       // GUARDED_BY(mu_)

@@ -361,6 +361,34 @@ TEST(ElasticTest, KilledMasterIsRestartedAndTheJobEndsLikeAnUndisturbedRun) {
   std::filesystem::remove_all(root);
 }
 
+// A master that hangs (SIGSTOP: a paused VM, a swap storm) for longer than
+// the peer timeout sees, when it wakes, no heartbeat from anyone for that
+// long; it was the one away, so nobody is declared lost.
+TEST(ElasticTest, StoppedMasterWakesAndTheJobEndsLikeAnUndisturbedRun) {
+  Undisturbed();
+  const std::string root = TempRoot("stop_master");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_stop_master");
+  const json job = Job(root);
+  ASSERT_TRUE(c.StartJob(job, 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+  const int64_t step = SeededStep(kEvery + 5, kSteps / 2, 11);
+  ASSERT_TRUE(c.WaitForSteps(0, step, milliseconds(60000))) << c.Log("master");
+  c.Kill("master", SIGSTOP);
+  // Past the peer timeout, within the time members keep retrying the master.
+  const int64_t peer_timeout = job["runtime"]["peer_timeout_ms"].get<int64_t>();
+  ASSERT_LT(peer_timeout + 1000, job["runtime"]["master_reconnect_ms"].get<int64_t>());
+  std::this_thread::sleep_for(milliseconds(peer_timeout + 1000));
+  c.Kill("master", SIGCONT);
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  const std::string log = c.Log("master");
+  EXPECT_NE(log.find("the master did not run for"), std::string::npos) << log;
+  EXPECT_EQ(log.find("lost"), std::string::npos) << log;
+  for (const char* p : {"ps0", "ps1"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
+  ExpectTrainersFinished(c);
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
 // Every backup<id>.params of a dump equals its shard<id>.params, row by row
 // and bit by bit; returns how many backups were compared.
 int ExpectBackupsEqualPrimaries(const std::string& dump) {
