@@ -389,6 +389,40 @@ TEST(ElasticTest, StoppedMasterWakesAndTheJobEndsLikeAnUndisturbedRun) {
   std::filesystem::remove_all(root);
 }
 
+// Hangs shorter than the peer timeout (SIGSTOP of a server, a trainer, then
+// the master, each at a seeded step, for half the timeout) are waited out:
+// nobody is lost, nothing rolls back, and the job ends bit for bit as an
+// undisturbed one.
+TEST(ElasticTest, BriefStopsOfEveryRoleChangeNothing) {
+  Undisturbed();
+  const std::string root = TempRoot("brief_stops");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_brief_stops");
+  json job = Job(root);
+  // The allreduce and the sync lookups wait for a stopped peer this long.
+  job["runtime"]["collective_timeout_ms"] = 10000;
+  ASSERT_TRUE(c.StartJob(job, 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+  const milliseconds stop(job["runtime"]["peer_timeout_ms"].get<int64_t>() / 2);
+  int64_t step = kEvery;
+  uint32_t salt = 20;
+  for (const char* who : {"ps1", "trainer1", "master"}) {
+    step = SeededStep(step + 10, step + 90, salt++);
+    ASSERT_TRUE(c.WaitForSteps(0, step, milliseconds(60000))) << c.Log("master");
+    c.Kill(who, SIGSTOP);
+    std::this_thread::sleep_for(stop);
+    c.Kill(who, SIGCONT);
+  }
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  const std::string log = c.Log("master");
+  EXPECT_EQ(log.find("lost"), std::string::npos) << log;
+  EXPECT_EQ(log.find("rolling back"), std::string::npos) << log;
+  for (const char* p : {"ps0", "ps1"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
+  ExpectTrainersFinished(c);
+  EXPECT_EQ(c.Metrics(0).back()["generation"].get<int>(), 1);
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
 // Every backup<id>.params of a dump equals its shard<id>.params, row by row
 // and bit by bit; returns how many backups were compared.
 int ExpectBackupsEqualPrimaries(const std::string& dump) {
