@@ -499,6 +499,7 @@ StatusOr<JobSummary> Master::FinishJob() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     summary.json["checkpoints"] = checkpoints_;
+    if (!failed_checkpoints_.empty()) summary.json["failed_checkpoints"] = failed_checkpoints_;
     summary.json["generations"] = generations_;
     if (!migration_stats_.empty()) summary.json["migrations"] = migration_stats_;
   }

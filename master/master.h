@@ -290,6 +290,12 @@ class Master {
   // A running trainer that finished no step for runtime.stall_timeout_ms,
   // as an error naming it; OK when none. REQUIRES: mu_ held.
   Status FindStalledTrainer(Clock::time_point now) const;
+  // A checkpoint at `step` failed with `failure`. While every member lives
+  // (its storage failed: a full disk, a permission) the job goes on without
+  // it: logged, counted, its folder removed, OK returned. Otherwise (a lost
+  // member, which the monitor recovers from; an internal error) `failure`.
+  // Takes mu_.
+  Status OutliveFailedCheckpoint(int64_t step, const Status& failure);
   // Every check of members' silence first notes itself, so that a pause of
   // the master is not counted as their silence (listening_clock.h).
   // REQUIRES: mu_ held.
@@ -416,6 +422,9 @@ class Master {
   // Each migration's rows, bytes and seconds, for the job summary.
   std::vector<nlohmann::json> migration_stats_;          // GUARDED_BY(mu_)
   nlohmann::json checkpoints_ = nlohmann::json::array(); // GUARDED_BY(mu_): taken this run
+  // Checkpoints that failed while every member lived ({step, error}): the
+  // job went on without them.
+  nlohmann::json failed_checkpoints_ = nlohmann::json::array();  // GUARDED_BY(mu_)
   int checkpoints_attempted_ = 0;  // by TakeCheckpoint only
   int migrations_attempted_ = 0;   // by the generation that changes servers only
 };

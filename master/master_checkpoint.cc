@@ -97,6 +97,7 @@ Status Master::ServeBarrier(std::unique_lock<std::mutex>* lock) {
       json manifest;
       st = TakeCheckpoint(step, state, &dir, &manifest);
       taken = st.ok();
+      if (!st.ok()) st = OutliveFailedCheckpoint(step, st);
     }
     if (st.ok() && change) {
       // The rows that change servers go there from their old owners;
@@ -145,6 +146,33 @@ Status Master::ServeBarrier(std::unique_lock<std::mutex>* lock) {
     }
   }
   return st;
+}
+
+Status Master::OutliveFailedCheckpoint(int64_t step, const Status& failure) {
+  // A lost member is recovered from by the monitor (the trainers are told
+  // the error); a bug is not to be trained past.
+  if (failure.code() == StatusCode::kInternal) return failure;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int dead_ps = -1, dead_trainer = -1;
+    if (!FindDeadMember(Clock::now(), &dead_ps, &dead_trainer).ok()) return failure;
+    failed_checkpoints_.push_back({{"step", step}, {"error", failure.ToString()}});
+  }
+  // Every member lives: the checkpoint's storage failed (a full disk, a
+  // lost mount, a permission). Days of training are worth more than one
+  // checkpoint: the job goes on, the incomplete folder goes (it holds no
+  // manifest, so nothing would load it, and it may be what fills the disk),
+  // and the next interval tries again.
+  const std::string dir = CheckpointDir(job_.checkpoint.dir, step);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  const std::vector<std::string> complete = CompleteCheckpoints(job_.checkpoint.dir);
+  std::cout << "[master] CHECKPOINT FAILED at step " << step << ": " << failure.ToString()
+            << "; the job goes on, and a lost member now rolls it back to "
+            << (complete.empty() ? std::string("step 0 (no complete checkpoint)") : complete.front())
+            << (ec ? "; the incomplete folder " + dir + " could not be removed: " + ec.message() : std::string())
+            << std::endl;
+  return Status::OK();
 }
 
 Status Master::TakeCheckpoint(int64_t step, const std::string& trainer_state, std::string* dir_out,

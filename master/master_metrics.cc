@@ -51,6 +51,9 @@ void Master::WriteMetrics(PrometheusText* out) const {
                last.value("seconds", 0.0));
     out->Gauge("tessera_job_last_checkpoint_bytes", "Bytes the last checkpoint wrote.", {}, last.value("bytes", 0.0));
   }
+  out->Counter("tessera_job_checkpoint_failures_total",
+               "Checkpoints that failed while every member lived (the job went on without them).", {},
+               static_cast<double>(failed_checkpoints_.size()));
   out->Counter("tessera_job_recoveries_total", "Rollbacks and promotions after a lost member.", {}, recoveries_);
   out->Counter("tessera_job_migrations_total", "Changes of servers that moved rows while the job ran.", {},
                static_cast<double>(migration_stats_.size()));

@@ -11,6 +11,11 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <cstring>
+#include <regex>
 
 #include <cstdlib>
 #include <filesystem>
@@ -421,6 +426,81 @@ TEST(ElasticTest, BriefStopsOfEveryRoleChangeNothing) {
   EXPECT_EQ(c.Metrics(0).back()["generation"].get<int>(), 1);
   ExpectSameParameters(c);
   std::filesystem::remove_all(root);
+}
+
+// The steps of the checkpoints `log` says were complete.
+std::vector<int64_t> CompleteCheckpointSteps(const std::string& log) {
+  static const std::regex complete(R"(checkpoint at step (\d+) complete)");
+  std::vector<int64_t> steps;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), complete); it != std::sregex_iterator(); ++it) {
+    steps.push_back(std::stoll((*it)[1].str()));
+  }
+  return steps;
+}
+
+// The disk of the checkpoints fills up at a seeded step (another process
+// takes what is left): the checkpoints fail, and the job goes on without
+// them. Once there is room again they are taken again, and a server killed
+// after that rolls the job back to a complete one: the job ends like an
+// undisturbed run. Needs root (a 4 MiB tmpfs is mounted); skipped without.
+TEST(ElasticTest, CheckpointsOnAFullDiskFailAndTheJobGoesOn) {
+  constexpr int64_t kLongSteps = 3 * kSteps;
+  Undisturbed(kLongSteps);
+  const std::string root = TempRoot("full_disk");
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  if (mount("tessera_test", root.c_str(), "tmpfs", 0, "size=4m") != 0) {
+    const std::string why = std::strerror(errno);
+    std::filesystem::remove_all(root);
+    GTEST_SKIP() << "cannot mount a 4 MiB tmpfs at " << root << " (" << why << "): needs root";
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() {
+      umount2(dir.c_str(), MNT_DETACH);
+      std::filesystem::remove_all(dir);
+    }
+  } unmount{root};
+  testing::LocalCluster c("elastic_full_disk");
+  ASSERT_TRUE(c.StartJob(Job(root + "/ckpt", kLongSteps), 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+  const int64_t step = SeededStep(2 * kEvery, kLongSteps / 3, 12);
+  ASSERT_TRUE(c.WaitForSteps(0, step, milliseconds(60000))) << c.Log("master");
+  const std::string filler = root + "/filler";
+  {
+    std::ofstream f(filler, std::ios::binary);
+    const std::vector<char> block(1 << 16, 'x');
+    while (f.write(block.data(), static_cast<std::streamsize>(block.size()))) {
+    }
+  }
+  ASSERT_TRUE(c.WaitForLog("master", "CHECKPOINT FAILED at step ", milliseconds(60000))) << c.Log("master");
+  std::filesystem::remove(filler);
+  const std::string log = c.Log("master");
+  const int64_t failed = std::stoll(log.substr(log.find("CHECKPOINT FAILED at step ") + 26));
+  EXPECT_NE(log.find("No space left on device"), std::string::npos) << log;
+  // Room again: the next checkpoint is complete; then a server is lost.
+  int64_t after = -1;
+  for (auto deadline = std::chrono::steady_clock::now() + milliseconds(60000);
+       after < 0 && std::chrono::steady_clock::now() < deadline;) {
+    for (int64_t s : CompleteCheckpointSteps(c.Log("master"))) {
+      if (s > failed) after = s;
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  ASSERT_GT(after, failed) << c.Log("master");
+  c.Kill("ps1", SIGKILL);
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  const std::string end = c.Log("master");
+  EXPECT_NE(end.find("[master] lost parameter server"), std::string::npos) << end;
+  const size_t back = end.find("rolling back to step ");
+  ASSERT_NE(back, std::string::npos) << end;
+  EXPECT_GE(std::stoll(end.substr(back + 21)), after) << end;
+  // No folder of a failed checkpoint is left behind.
+  for (const auto& entry : std::filesystem::directory_iterator(root + "/ckpt")) {
+    EXPECT_TRUE(std::filesystem::exists(entry.path() / "manifest.json")) << entry.path();
+  }
+  EXPECT_EQ(c.Wait("ps0", milliseconds(10000)), 0) << c.Log("ps0");
+  ExpectTrainersFinished(c, kLongSteps);
+  ExpectSameParameters(c, kLongSteps);
 }
 
 // Every backup<id>.params of a dump equals its shard<id>.params, row by row

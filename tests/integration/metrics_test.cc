@@ -217,6 +217,7 @@ TEST(MetricsTest, EveryRoleServesPrometheusTextThatAgreesWithTheJob) {
   EXPECT_EQ(Get(m, "tessera_job_steps"), kSteps);
   EXPECT_TRUE(std::isfinite(Get(m, "tessera_job_loss")));
   EXPECT_EQ(Get(m, "tessera_job_state{state=\"running\"}") + Get(m, "tessera_job_state{state=\"done\"}"), 1);
+  EXPECT_EQ(Get(m, "tessera_job_checkpoint_failures_total"), 0);
 }
 
 TEST(MetricsTest, APortInUseStopsTheRoleWithAClearError) {
