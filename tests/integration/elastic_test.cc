@@ -428,6 +428,66 @@ TEST(ElasticTest, BriefStopsOfEveryRoleChangeNothing) {
   std::filesystem::remove_all(root);
 }
 
+// The port a server or the master listens on, from its log ("as ps N
+// (tcp://HOST:PORT)" or the master's "listening on tcp://HOST:PORT").
+std::string ListeningPort(testing::LocalCluster& c, const std::string& name) {
+  static const std::regex server(R"(as ps \d+ \(tcp://[^:]+:(\d+)\))"), master(R"(listening on tcp://[^:]+:(\d+))");
+  const std::string log = c.Log(name);
+  std::smatch m;
+  if (std::regex_search(log, m, name == "master" ? master : server)) return m[1].str();
+  return "";
+}
+
+// Closes every TCP connection to `port` (ss -K: a reset, as a firewall or
+// a NIC that flaps does); how many it closed.
+int ResetConnections(const std::string& port) {
+  const std::string command = "ss -K -tnH 'sport = :" + port + "' 2>/dev/null";
+  FILE* out = popen(command.c_str(), "r");
+  if (out == nullptr) return 0;
+  int closed = 0;
+  char line[512];
+  while (fgets(line, sizeof(line), out) != nullptr) ++closed;
+  pclose(out);
+  return closed;
+}
+
+// Every connection to a server, then to the other, then to the master, is
+// reset (ss -K) at seeded steps of a sync job: the members reconnect, the
+// requests in flight are sent again, nobody is lost and nothing rolls back,
+// and the job ends as an undisturbed one.
+// DISABLED: not so yet. A reply lost with its connection is never sent
+// again: the call waits for its deadline and, for a checkpoint barrier's
+// reply, the job hangs (TESSERA_TEST_SEED=5 and 20261201 hang here; run it
+// with --gtest_also_run_disabled_tests).
+TEST(ElasticTest, DISABLED_ResetConnectionsChangeNothing) {
+  Undisturbed();
+  const std::string root = TempRoot("reset_connections");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_reset_connections");
+  ASSERT_TRUE(c.StartJob(Job(root), 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
+  int64_t step = kEvery;
+  uint32_t salt = 30;
+  for (const char* who : {"ps1", "ps0", "master"}) {
+    step = SeededStep(step + 10, step + 90, salt++);
+    ASSERT_TRUE(c.WaitForSteps(0, step, milliseconds(60000))) << c.Log("master");
+    const std::string port = ListeningPort(c, who);
+    ASSERT_FALSE(port.empty()) << c.Log(who);
+    const int closed = ResetConnections(port);
+    if (closed == 0) GTEST_SKIP() << "ss -K closed no connection to " << who << " (port " << port
+                                  << "): this kernel cannot destroy sockets (CONFIG_INET_DIAG_DESTROY), or ss is missing";
+    std::cout << "reset " << closed << " connection(s) to " << who << " after step " << step << "\n";
+  }
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  const std::string log = c.Log("master");
+  EXPECT_EQ(log.find("lost"), std::string::npos) << log;
+  EXPECT_EQ(log.find("rolling back"), std::string::npos) << log;
+  for (const char* p : {"ps0", "ps1"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
+  ExpectTrainersFinished(c);
+  EXPECT_EQ(c.Metrics(0).back()["generation"].get<int>(), 1);
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
 // The steps of the checkpoints `log` says were complete.
 std::vector<int64_t> CompleteCheckpointSteps(const std::string& log) {
   static const std::regex complete(R"(checkpoint at step (\d+) complete)");
