@@ -319,7 +319,8 @@ namespace {
 Status ParseTraining(const json& j, TrainingConfig* t) {
   JsonFields f(j, "training");
   TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"batch_size", "steps", "epochs", "dense_optimizer", "sparse_optimizer",
-                                      "consistency", "prefetch", "row_replies", "allreduce_bucket_bytes", "seed",
+                                      "consistency", "prefetch", "row_replies", "plan_independent_pooling",
+                                      "allreduce_bucket_bytes", "seed",
                                       "log_every", "eval_every"}));
   TESSERA_RETURN_IF_ERROR(f.Int("batch_size", &t->batch_size, true, 1, 1 << 24));
   TESSERA_RETURN_IF_ERROR(f.Int("steps", &t->steps, false, 0, kMaxI64));
@@ -357,6 +358,7 @@ Status ParseTraining(const json& j, TrainingConfig* t) {
   } else {
     return Status::InvalidArgument("training.row_replies: must be 'auto', 'never' or 'always', got '" + replies + "'");
   }
+  TESSERA_RETURN_IF_ERROR(f.Bool("plan_independent_pooling", &t->plan_independent_pooling, false));
   TESSERA_RETURN_IF_ERROR(f.Int("allreduce_bucket_bytes", &t->allreduce_bucket_bytes, false, 0, kMaxI64));
   int64_t seed = 0;
   TESSERA_RETURN_IF_ERROR(f.Int("seed", &seed, false, 0, kMaxI64));
@@ -819,6 +821,7 @@ json JobConfig::ToJson() const {
         {"consistency", ConsistencyName(training.consistency)},
         {"prefetch", training.prefetch},
         {"row_replies", RowRepliesName(training.row_replies)},
+        {"plan_independent_pooling", training.plan_independent_pooling},
         {"allreduce_bucket_bytes", training.allreduce_bucket_bytes},
         {"seed", training.seed},
         {"log_every", training.log_every},

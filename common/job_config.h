@@ -165,6 +165,13 @@ struct TrainingConfig {
   // staleness of one step), and it is off unless asked for.
   bool prefetch = false;
   RowReplies row_replies = RowReplies::kAuto;
+  // A pooled feature of a table split by rows is pooled on the trainer, each
+  // bag over all its ids in their order, from the rows of every shard, as
+  // one server holding the whole table pools it; so results do not depend
+  // on how many servers share the table (bit for bit when servers are
+  // added, removed or lost). false: each server pools its part of a bag and
+  // the trainer adds the parts, whose rounding depends on the cut.
+  bool plan_independent_pooling = false;
   // C++ trainers on CPUs: > 0 sums the dense gradients in buckets of this
   // many bytes while the backward pass computes the rest, as DDP does
   // (trainer/bucketed_allreduce.h); 0: one allreduce after the backward. A

@@ -5,6 +5,8 @@
 
 #include <glog/logging.h>
 
+#include "kernels/embedding_bag_math.h"
+
 namespace tessera {
 
 EmbeddingClient::EmbeddingClient(const EmbeddingClientOptions& options, const JobConfig& job, const ShardingPlan& plan,
@@ -38,11 +40,13 @@ void EmbeddingClient::BuildRoutes() {
     }
   }
   bag_lengths_.resize(features_.size());
+  whole_bags_.resize(features_.size());
 }
 
 void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
                                    const std::vector<int64_t>& value_offsets, std::vector<ServerRequest>* requests) {
   const FeatureRoute& fr = routes_[f];
+  whole_bags_[f] = nullptr;
   const int64_t B = kjt.batch_size;
   auto lens = kjt.FeatureLengths(key);
   const int64_t begin = value_offsets[key], n = value_offsets[key + 1] - begin;
@@ -77,11 +81,25 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
 
   // Row-split: each id goes to the shard holding its row. A MEAN table's
   // shards pool by SUM; the mean is taken here, over the whole bag.
-  if (fr.mean) {
+  // Pooled whole (plan_independent_pooling), the shards send rows instead.
+  const size_t k = fr.shards.size();
+  const bool whole = fr.pooled && options_.plan_independent_pooling;
+  std::shared_ptr<WholeBags> wb;
+  std::vector<std::vector<float>> grad_scales(whole ? k : 0);
+  if (whole) {
+    wb = std::make_shared<WholeBags>();
+    wb->offsets.resize(B + 1, 0);
+    for (int64_t b = 0; b < B; ++b) wb->offsets[b + 1] = wb->offsets[b] + lens[b];
+    if (weights) wb->weights.assign(weights, weights + n);
+    wb->pooling = fr.mean ? kernels::Pooling::kMean : kernels::Pooling::kSum;
+    wb->shard.resize(n);
+    wb->row.resize(n);
+    wb->rows.resize(k);
+  } else if (fr.mean) {
     flags |= kEntrySumPartial;
     bag_lengths_[f].assign(lens.begin(), lens.end());
   }
-  const size_t k = fr.shards.size();
+  whole_bags_[f] = wb;
   std::vector<std::vector<int32_t>> shard_lens(k, std::vector<int32_t>(B, 0));
   std::vector<std::vector<int64_t>> shard_ids(k), positions(k);
   std::vector<std::vector<float>> shard_weights(k);
@@ -92,6 +110,14 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
       // edge shard, whose server rejects them with a clear error.
       size_t s = 0;
       while (s + 1 < k && fr.shards[s + 1]->row_offset <= ids[i]) ++s;
+      if (whole) {
+        wb->shard[i] = static_cast<int32_t>(s);
+        wb->row[i] = static_cast<int32_t>(shard_ids[s].size());  // its occurrence, until the dedup below
+        // The backward's factor for this id, as one server's kernel over
+        // the whole bag computes it (the mean over the whole bag).
+        grad_scales[s].push_back(kernels::EmbeddingBagGradScale(kernels::BagScale(wb->pooling, lens[b]),
+                                                                weights ? weights[i] : 1.0f));
+      }
       // Where the reply's row for this id goes: its bag (pooled, once per
       // bag) or its own position (unpooled).
       if (!fr.pooled) {
@@ -104,12 +130,31 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
       if (weights) shard_weights[s].push_back(weights[i]);
     }
   }
+  std::vector<std::shared_ptr<RowsEntry>> shard_rows(whole ? k : 0);
   for (size_t s = 0; s < k; ++s) {
     const ShardSpec* spec = fr.shards[s];
     const int64_t m = static_cast<int64_t>(shard_ids[s].size());
     const int64_t out_rows = static_cast<int64_t>(positions[s].size());
     EntryRoute route{f, spec, out_rows, std::move(positions[s])};
-    if (fr.pooled) {
+    if (whole) {
+      // Each distinct row once; the push turns the bags' gradients into
+      // its rows' with the whole bags' factors (a SUM over the shard's ids).
+      deduper_.RunAtMost(shard_ids[s], shard_ids[s].size(), &unique_scratch_, &inverse_scratch_);
+      auto rows = std::make_shared<RowsEntry>();
+      rows->unique = static_cast<int64_t>(unique_scratch_.size());
+      rows->inverse = inverse_scratch_;
+      rows->offsets.reserve(out_rows + 1);
+      rows->offsets.push_back(0);
+      for (int32_t len : shard_lens[s]) {
+        if (len > 0) rows->offsets.push_back(rows->offsets.back() + len);
+      }
+      if (wb->pooling == kernels::Pooling::kMean || weights) rows->weights = std::move(grad_scales[s]);
+      shard_rows[s] = rows;
+      route.rows = std::move(rows);
+      route.whole_bags_shard = static_cast<int>(s);
+      AddEntry(spec, LookupEntry{spec->shard_id, 0, static_cast<uint32_t>(unique_scratch_.size()), kEntryRows}, {},
+               unique_scratch_, {}, std::move(route), requests);
+    } else if (fr.pooled) {
       // Partial sums (a MEAN table too: the mean is taken here, over the
       // whole bag).
       AddPooledEntry(spec, flags, kernels::Pooling::kSum, shard_lens[s], shard_ids[s], shard_weights[s],
@@ -118,6 +163,9 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
       AddEntry(spec, LookupEntry{spec->shard_id, static_cast<uint32_t>(B), static_cast<uint32_t>(m), flags},
                shard_lens[s], shard_ids[s], shard_weights[s], std::move(route), requests);
     }
+  }
+  if (whole) {
+    for (int64_t id = 0; id < n; ++id) wb->row[id] = shard_rows[wb->shard[id]]->inverse[wb->row[id]];
   }
 }
 
@@ -201,6 +249,30 @@ void EmbeddingClient::RowsEntry::Pool(const float* rows, int cols, int64_t bags,
   kernels::EmbeddingBagForwardCpu(args);
 }
 
+void EmbeddingClient::PoolWholeBags(const WholeBags& wb, int dim, int64_t bags, std::vector<float>* out) {
+  const size_t n = wb.shard.size();
+  whole_ptrs_.resize(n);
+  whole_index_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    whole_ptrs_[i] = wb.rows[wb.shard[i]].data() + static_cast<int64_t>(wb.row[i]) * dim;
+    whole_index_[i] = static_cast<int32_t>(i);
+  }
+  kernels::EmbeddingBagForwardArgs<int32_t> args;
+  args.row_ptrs = whole_ptrs_.data();
+  args.num_rows = static_cast<int64_t>(n);
+  args.dim = dim;
+  args.indices = whole_index_.data();
+  args.offsets = wb.offsets.data();
+  args.num_bags = bags;
+  args.weights = wb.weights.empty() ? nullptr : wb.weights.data();
+  args.pooling = wb.pooling;
+  pool_scratch_.resize(static_cast<size_t>(bags) * dim);
+  args.out = pool_scratch_.data();
+  kernels::EmbeddingBagForwardCpu(args);
+  // Added to the zeros the output starts as, as every other reply is.
+  for (size_t e = 0; e < pool_scratch_.size(); ++e) (*out)[e] += pool_scratch_[e];
+}
+
 void EmbeddingClient::RowsEntry::Unpool(const float* grad_out, int cols, int64_t bags, float* grad_rows) const {
   kernels::EmbeddingBagBackwardArgs<int32_t> args;
   args.grad_out = grad_out;
@@ -239,6 +311,7 @@ Status EmbeddingClient::SendLookup(const KeyedJaggedTensor& kjt, LookupState* ou
   st.futures.clear();
   st.bytes_sent = st.bytes_received = 0;
   st.bag_lengths = bag_lengths_;
+  st.whole_bags = whole_bags_;
   st.routes.assign(ps_peers_.size(), {});
   st.expected.assign(ps_peers_.size(), 0);
   for (size_t p = 0; p < requests.size(); ++p) {
@@ -318,6 +391,12 @@ Status EmbeddingClient::FinishLookup(FeatureOutputs* out) {
       for (const EntryRoute& r : st.routes[p]) {
         if (r.backup) continue;  // no values: a backup's copy
         const int cols = r.shard->num_cols, dim = routes_[r.feature].dim, off = r.shard->col_offset;
+        if (r.whole_bags_shard >= 0) {
+          // Kept until every shard's rows are in: the bags are pooled whole below.
+          st.whole_bags[r.feature]->rows[r.whole_bags_shard].assign(v, v + r.wire_rows() * cols);
+          v += r.wire_rows() * cols;
+          continue;
+        }
         float* dst = (*out)[r.feature].data();
         const bool scatter = !r.positions.empty();
         const float* pooled = v;
@@ -343,7 +422,10 @@ Status EmbeddingClient::FinishLookup(FeatureOutputs* out) {
   }
 
   for (int f = 0; f < F; ++f) {
-    if (!(routes_[f].row_split && routes_[f].mean)) continue;
+    if (st.whole_bags[f] != nullptr) PoolWholeBags(*st.whole_bags[f], routes_[f].dim, st.batch, &(*out)[f]);
+  }
+  for (int f = 0; f < F; ++f) {
+    if (!(routes_[f].row_split && routes_[f].mean) || st.whole_bags[f] != nullptr) continue;
     const int dim = routes_[f].dim;
     for (int64_t b = 0; b < st.batch; ++b) {
       const int32_t len = st.bag_lengths[f][b];
@@ -416,7 +498,8 @@ void EmbeddingClient::SendPush(const FeatureGrads& grads) {
           PushEntry{r.shard->shard_id, static_cast<uint32_t>(r.wire_rows()), static_cast<uint32_t>(cols), 0});
       const float* g = grads[r.feature].data();
       const bool scatter = !r.positions.empty();
-      const bool mean_partial = fr.row_split && fr.mean;
+      // (Pooled whole, the mean's factor is in the rows entry's weights.)
+      const bool mean_partial = fr.row_split && fr.mean && r.whole_bags_shard < 0;
       // A rows entry's bag gradients are gathered aside, then turned into
       // the distinct rows' gradients as the server would have.
       const size_t bag_grads = values.size();

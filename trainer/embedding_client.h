@@ -51,6 +51,9 @@ struct EmbeddingClientOptions {
   std::function<bool()> plan_replaced;
   // How pooled features' rows come back (training.row_replies).
   RowReplies row_replies = RowReplies::kAuto;
+  // training.plan_independent_pooling: a pooled feature split by rows comes
+  // back as rows and is pooled here over whole bags.
+  bool plan_independent_pooling = false;
 };
 
 // Per feature in model order: pooled [B x dim] or unpooled [num_ids x dim].
@@ -145,9 +148,26 @@ class EmbeddingClient {
     // To the shard's backup: no values come back; its push is the same.
     bool backup = false;
     std::shared_ptr<const RowsEntry> rows;  // null: the server pools
+    // >= 0: this shard's rows are pooled with the other shards' over whole
+    // bags (WholeBags); the index of its rows there.
+    int whole_bags_shard = -1;
     // Rows in the reply and in the push.
     int64_t wire_rows() const { return rows ? rows->unique : out_rows; }
   };
+  // A pooled feature of a table split by rows, under
+  // plan_independent_pooling: its bags, pooled here once every shard's rows
+  // have come, each over all its ids in order, as one server holding the
+  // whole table would pool it.
+  struct WholeBags {
+    std::vector<int64_t> offsets;          // [B + 1], every bag
+    std::vector<float> weights;            // [ids] or empty
+    kernels::Pooling pooling = kernels::Pooling::kSum;
+    std::vector<int32_t> shard;            // [ids]: which of the feature's shards holds the id's row
+    std::vector<int32_t> row;              // [ids]: the row's place in that shard's reply
+    std::vector<std::vector<float>> rows;  // per shard: its reply's rows, as they come
+  };
+  // Pools `wb`'s bags [bags x dim] into *out (added to it).
+  void PoolWholeBags(const WholeBags& wb, int dim, int64_t bags, std::vector<float>* out);
   struct ServerRequest {
     std::vector<LookupEntry> entries;
     std::vector<int32_t> lengths;
@@ -204,6 +224,7 @@ class EmbeddingClient {
     std::vector<int64_t> out_rows;                   // per feature
     std::vector<std::vector<EntryRoute>> routes;     // per server
     std::vector<std::vector<int32_t>> bag_lengths;  // per feature, for MEAN over row shards
+    std::vector<std::shared_ptr<WholeBags>> whole_bags;  // per feature; null but where pooled whole
     std::vector<size_t> expected;                    // reply floats per server
     std::vector<RpcFuture> futures;                  // per server, while in flight
     int64_t bytes_sent = 0;
@@ -212,10 +233,13 @@ class EmbeddingClient {
   std::deque<LookupState> pending_;  // started, not finished; oldest first
   LookupState current_;              // the last finished lookup
   std::vector<std::vector<int32_t>> bag_lengths_;  // per feature, filled by RouteFeature
+  std::vector<std::shared_ptr<WholeBags>> whole_bags_;  // per feature, filled by RouteFeature
   kernels::IdDeduper deduper_;
   std::vector<int64_t> unique_scratch_;
   std::vector<int32_t> inverse_scratch_;
   std::vector<float> pool_scratch_;
+  std::vector<const float*> whole_ptrs_;
+  std::vector<int32_t> whole_index_;
   int64_t last_lookup_bytes_ = 0;
   int64_t last_reply_bytes_ = 0;
   int64_t last_push_bytes_ = 0;

@@ -296,6 +296,7 @@ EmbeddingClientOptions TrainerMember::ClientOptions(const JobConfig& job, int64_
   eo.trainer = static_cast<uint32_t>(options_.rank);
   eo.timeout = milliseconds(job.runtime.rpc_timeout_ms);
   eo.row_replies = job.training.row_replies;
+  eo.plan_independent_pooling = job.training.plan_independent_pooling;
   if (job.cluster.replicas >= 2) {
     eo.reroute = [this, generation](const Status& why) { return FollowPromotion(generation, why); };
     eo.plan_replaced = [this, generation] { return master_generation_.load() > *generation; };

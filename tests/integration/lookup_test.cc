@@ -25,7 +25,7 @@ struct Case {
 
 // Two servers and one trainer's client in this process, over loopback.
 struct LoopbackJob {
-  LoopbackJob(const JobConfig& job, const ShardingPlan& plan, RowReplies replies) {
+  LoopbackJob(const JobConfig& job, const ShardingPlan& plan, RowReplies replies, bool plan_independent = false) {
     client = std::move(RpcClient::Create()).value();
     std::vector<int> peers;
     for (int s = 0; s < plan.num_ps; ++s) {
@@ -41,6 +41,7 @@ struct LoopbackJob {
     }
     EmbeddingClientOptions options{0, milliseconds(5000)};
     options.row_replies = replies;
+    options.plan_independent_pooling = plan_independent;
     embeddings = std::make_unique<EmbeddingClient>(options, job, plan, client.get(), peers);
   }
   std::vector<std::unique_ptr<PsService>> services;
@@ -228,6 +229,113 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::ValuesIn([] {
       std::vector<Case> cases;
       for (const char* s : {"table_wise", "row_wise", "column_wise", "table_row_wise"}) {
+        for (const char* p : {"SUM", "MEAN"}) cases.push_back({s, p});
+      }
+      return cases;
+    }()),
+    [](const auto& info) { return info.param.sharding + "_" + info.param.pooling; });
+
+// training.plan_independent_pooling: a table split by rows over 2 or 3
+// servers gives the outputs and, after training steps, the table of the
+// same table whole on one server, bit for bit, for SUM and MEAN, weighted
+// or not (the servers' partial sums, added up, differ in their rounding).
+class PlanIndependentPoolingTest : public ::testing::TestWithParam<Case> {};
+
+// n servers on one host (table_row_wise splits a table over one host's servers).
+PlannerOptions OneHost(int n) {
+  PlannerOptions o = PlannerOptions::Uniform(n);
+  for (ServerInfo& s : o.servers) s.host = "host";
+  return o;
+}
+
+TEST_P(PlanIndependentPoolingTest, RowShardsOnAnyNumberOfServersEqualTheWholeTableOnOne) {
+  const Case c = GetParam();
+  constexpr int kRows = 90, kDim = 8, kBatch = 48, kSteps = 4;
+  auto job_on = [&](int servers) {
+    JobConfig job;
+    job.cluster = {servers, 1};
+    TableConfig t;
+    t.name = "t";
+    t.num_embeddings = kRows;
+    t.embedding_dim = kDim;
+    t.feature_names = {"multi"};
+    t.sharding_type = c.sharding;
+    t.seed = 4;
+    t.pooling = c.pooling == "SUM" ? PoolingType::kSum : PoolingType::kMean;
+    t.optimizer.type = "adagrad";
+    t.optimizer.lr = 0.1;
+    job.tables = {t};
+    return job;
+  };
+  std::vector<std::unique_ptr<LoopbackJob>> jobs;
+  std::vector<int> servers_of;
+  for (int servers : {1, 2, 3}) {
+    const JobConfig job = job_on(servers);
+    auto plan = PlanSharding(job, OneHost(servers));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->tables[0].shards.size(), static_cast<size_t>(servers));
+    // One server: the servers pool (the reference); more: rows pooled whole here.
+    jobs.push_back(std::make_unique<LoopbackJob>(job, *plan, servers == 1 ? RowReplies::kNever : RowReplies::kAuto,
+                                                 /*plan_independent=*/servers > 1));
+    servers_of.push_back(servers);
+  }
+  // The same split without it: its partial sums round otherwise.
+  const JobConfig job3 = job_on(3);
+  auto plan3 = PlanSharding(job3, OneHost(3));
+  ASSERT_TRUE(plan3.ok());
+  LoopbackJob partial(job3, *plan3, RowReplies::kNever);
+  bool partial_differed = false;
+
+  std::mt19937 rng(23);
+  for (int step = 0; step < kSteps; ++step) {
+    KeyedJaggedTensor kjt;
+    kjt.keys = {"multi"};
+    kjt.batch_size = kBatch;
+    for (int b = 0; b < kBatch; ++b) {
+      const int len = b % 7 == 0 ? 0 : static_cast<int>(rng() % 12);
+      kjt.lengths.push_back(len);
+      for (int k = 0; k < len; ++k) kjt.values.push_back(static_cast<int64_t>(rng() % kRows));
+    }
+    if (step % 2 == 1) {
+      for (size_t i = 0; i < kjt.values.size(); ++i) kjt.weights.push_back(0.3f + static_cast<float>(rng() % 7) / 5.0f);
+    }
+    std::vector<FeatureOutputs> out(jobs.size());
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      ASSERT_TRUE(jobs[j]->embeddings->Lookup(step, kjt, /*inference=*/false, &out[j]).ok());
+    }
+    for (size_t j = 1; j < jobs.size(); ++j) {
+      ASSERT_EQ(out[j][0], out[0][0]) << "step " << step << ", " << servers_of[j] << " servers";
+    }
+    FeatureOutputs partial_out;
+    ASSERT_TRUE(partial.embeddings->Lookup(step, kjt, /*inference=*/false, &partial_out).ok());
+    partial_differed = partial_differed || partial_out[0] != out[0][0];
+    FeatureOutputs grads(1);
+    grads[0].resize(out[0][0].size());
+    for (float& g : grads[0]) g = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 997.0f;
+    for (auto& j : jobs) ASSERT_TRUE(j->embeddings->PushGradients(grads).ok());
+    ASSERT_TRUE(partial.embeddings->PushGradients(grads).ok());
+  }
+  EXPECT_TRUE(partial_differed) << "the servers' partial sums rounded as the whole bags did: the test sees nothing";
+  // The tables after training, read back whole.
+  KeyedJaggedTensor all;
+  all.keys = {"multi"};
+  all.batch_size = kRows;
+  for (int r = 0; r < kRows; ++r) {
+    all.lengths.push_back(1);
+    all.values.push_back(r);
+  }
+  std::vector<FeatureOutputs> tables(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    ASSERT_TRUE(jobs[j]->embeddings->Lookup(kSteps, all, /*inference=*/true, &tables[j]).ok());
+  }
+  for (size_t j = 1; j < jobs.size(); ++j) EXPECT_EQ(tables[j][0], tables[0][0]) << servers_of[j] << " servers";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ShardingAndPooling, PlanIndependentPoolingTest,
+    ::testing::ValuesIn([] {
+      std::vector<Case> cases;
+      for (const char* s : {"row_wise", "table_row_wise"}) {
         for (const char* p : {"SUM", "MEAN"}) cases.push_back({s, p});
       }
       return cases;

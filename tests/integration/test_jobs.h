@@ -13,6 +13,8 @@ namespace tessera::testing {
 // server count changes), table-wise tables and a data-parallel one, and an Adam
 // dense optimizer: what a checkpoint, a resume or a change of servers must
 // carry over exactly. checkpoint.every_steps = `every` (0: on demand only).
+// Row-split bags are pooled whole (training.plan_independent_pooling), so a
+// change of the servers' count leaves the results bit for bit as they were.
 inline nlohmann::json StatefulSyncJob(const std::string& name, const std::string& ckpt_dir, int64_t steps,
                                       int64_t every) {
   using nlohmann::json;
@@ -39,6 +41,7 @@ inline nlohmann::json StatefulSyncJob(const std::string& name, const std::string
         {"steps", steps},
         {"dense_optimizer", {{"type", "adam"}, {"lr", 0.01}}},
         {"consistency", "sync"},
+        {"plan_independent_pooling", true},
         {"seed", 5},
         {"log_every", 4}}},
       {"checkpoint", {{"dir", ckpt_dir}, {"every_steps", every}, {"keep", 3}}},
