@@ -7,6 +7,7 @@
 
 #include <glog/logging.h>
 
+#include "common/recent_replies.h"
 #include "common/rpc_internal.h"
 #include "common/zmq_transport.h"
 
@@ -159,6 +160,7 @@ void RpcClient::ReadMonitor(int peer) {
     };
     if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED || (!keys_ && id == ZMQ_EVENT_CONNECTED)) {
       // With CURVE, a TCP connection is not yet a connection to the job.
+      if (link.down_since) link.resend = true;
       link.ever_connected = true;
       link.down_since.reset();
       link.refused = false;
@@ -177,6 +179,31 @@ void RpcClient::ReadMonitor(int peer) {
       link.awaiting_handshake = false;
       if (link.ever_connected && !link.down_since) link.down_since = std::chrono::steady_clock::now();
     }
+  }
+}
+
+void RpcClient::ResendAfterReset(int peer) {
+  std::string endpoint;
+  {
+    std::lock_guard<std::mutex> lock(links_mu_);
+    Link& link = links_[peer];
+    if (!link.resend) return;
+    link.resend = false;
+    endpoint = link.endpoint;
+  }
+  // The request or its reply may have gone with the old connection: each
+  // call still waiting goes again, under its own id (the server answers
+  // each id once). One the socket cannot take now waits for its deadline.
+  int resent = 0;
+  for (auto& [id, p] : pending_) {
+    if (p.peer != peer) continue;
+    Message again = ShareFrames(p.request);
+    StatusOr<bool> sent = TrySendMessage(*sockets_[peer], again);
+    resent += sent.ok() && *sent;
+  }
+  if (resent > 0) {
+    LOG(WARNING) << "the connection to " << endpoint << " was reset; " << resent
+                 << " call(s) waiting for a reply sent again";
   }
 }
 
@@ -278,6 +305,7 @@ void RpcClient::IoLoop() {
         continue;
       }
       const uint64_t id = o.message.header.request_id;
+      Message kept = ShareFrames(o.message);
       StatusOr<bool> sent = blocked.count(o.peer) ? StatusOr<bool>(false) : TrySendMessage(*sockets_[o.peer], o.message);
       if (!sent.ok()) {
         fail(o.done, sent.status());
@@ -300,7 +328,7 @@ void RpcClient::IoLoop() {
         }
         continue;
       }
-      pending_.emplace(id, Pending{o.deadline, std::move(o.done), o.peer});
+      pending_.emplace(id, Pending{o.deadline, std::move(o.done), o.peer, std::move(kept)});
     }
     sends.clear();
     // After the sends above: a call started before CancelCalls is cancelled
@@ -379,6 +407,7 @@ void RpcClient::IoLoop() {
     for (size_t i = 0; i < polled; ++i) {
       if (!monitors_[i] || !(items[first_monitor + i].revents & ZMQ_POLLIN)) continue;
       ReadMonitor(static_cast<int>(i));
+      ResendAfterReset(static_cast<int>(i));
       if (!Refused(static_cast<int>(i))) continue;
       for (auto it = pending_.begin(); it != pending_.end();) {
         if (it->second.peer != static_cast<int>(i)) {

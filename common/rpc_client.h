@@ -103,6 +103,9 @@ class RpcClient {
   void IoLoop();
   // Takes the connection events of `peer`'s socket. I/O thread.
   void ReadMonitor(int peer);
+  // After ReadMonitor: sends the calls waiting on `peer` again when its
+  // connection came back after a reset. I/O thread.
+  void ResendAfterReset(int peer);
   // Whether `peer` refused our key, and the error its calls end with.
   bool Refused(int peer) const;
   Status RefusedStatus(int peer) const;
@@ -117,6 +120,8 @@ class RpcClient {
     std::chrono::steady_clock::time_point deadline;
     RpcCallback done;
     int peer;
+    // The request (its frames shared), to send again after a reset.
+    Message request;
   };
   struct ConnectRequest {
     std::string endpoint;
@@ -158,6 +163,9 @@ class RpcClient {
     bool awaiting_handshake = false;
     int handshakeless_closes = 0;
     std::string endpoint;
+    // Connected again after a reset: the calls waiting for a reply go again
+    // (RecentReplies on the server serves each once).
+    bool resend = false;
   };
   mutable std::mutex links_mu_;
   std::vector<Link> links_;  // GUARDED_BY(links_mu_): by peer

@@ -284,6 +284,7 @@ void RpcServer::IoLoop() {
       out.swap(sink_->queue);
     }
     for (OutgoingReply& r : out) {
+      recent_.Answered(r.routing_id, r.message.header.request_id, r.message);
       Status st = SendMessage(*socket_, &r.routing_id, std::move(r.message));
       if (!st.ok()) LOG(WARNING) << "reply not sent: " << st;
     }
@@ -313,6 +314,18 @@ void RpcServer::IoLoop() {
             if (!send.ok()) LOG(WARNING) << "error reply not sent: " << send;
           }
           continue;
+        }
+        Message again;
+        switch (recent_.Arrived(routing_id, m.header.request_id, &again)) {
+          case RecentReplies::Seen::kInProgress:
+            continue;  // its first copy's reply goes out when it is served
+          case RecentReplies::Seen::kAnswered: {
+            Status send = SendMessage(*socket_, &routing_id, std::move(again));
+            if (!send.ok()) LOG(WARNING) << "reply sent again not sent: " << send;
+            continue;
+          }
+          case RecentReplies::Seen::kNew:
+            break;
         }
         Dispatch(std::move(routing_id), RoleFromName(user_id), std::move(m));
       }

@@ -21,6 +21,7 @@
 
 #include "common/job_keys.h"
 #include "common/prometheus_text.h"
+#include "common/recent_replies.h"
 #include "common/status.h"
 #include "common/wire_format.h"
 
@@ -139,6 +140,8 @@ class RpcServer {
   std::shared_ptr<rpc_internal::ReplySink> sink_;
   std::atomic<bool> stop_{false};
   std::thread io_thread_;
+  // Requests sent again after a reset connection are served once. I/O thread.
+  RecentReplies recent_;
 
   struct Work {
     std::string routing_id;
