@@ -85,7 +85,9 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
   const size_t k = fr.shards.size();
   const bool whole = fr.pooled && options_.plan_independent_pooling;
   std::shared_ptr<WholeBags> wb;
-  std::vector<std::vector<float>> grad_scales(whole ? k : 0);
+  // Per id, the backward's factor: needed where it is not 1 (MEAN, weights).
+  const bool scaled = whole && (fr.mean || weights != nullptr);
+  std::vector<std::vector<float>> grad_scales(scaled ? k : 0);
   if (whole) {
     wb = std::make_shared<WholeBags>();
     wb->offsets.resize(B + 1, 0);
@@ -113,6 +115,8 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
       if (whole) {
         wb->shard[i] = static_cast<int32_t>(s);
         wb->row[i] = static_cast<int32_t>(shard_ids[s].size());  // its occurrence, until the dedup below
+      }
+      if (scaled) {
         // The backward's factor for this id, as one server's kernel over
         // the whole bag computes it (the mean over the whole bag).
         grad_scales[s].push_back(kernels::EmbeddingBagGradScale(kernels::BagScale(wb->pooling, lens[b]),
@@ -148,7 +152,7 @@ void EmbeddingClient::RouteFeature(int f, const KeyedJaggedTensor& kjt, int key,
       for (int32_t len : shard_lens[s]) {
         if (len > 0) rows->offsets.push_back(rows->offsets.back() + len);
       }
-      if (wb->pooling == kernels::Pooling::kMean || weights) rows->weights = std::move(grad_scales[s]);
+      if (scaled) rows->weights = std::move(grad_scales[s]);
       shard_rows[s] = rows;
       route.rows = std::move(rows);
       route.whole_bags_shard = static_cast<int>(s);

@@ -395,6 +395,19 @@ TEST(ElasticTest, StoppedMasterWakesAndTheJobEndsLikeAnUndisturbedRun) {
   std::filesystem::remove_all(root);
 }
 
+// The job in `c` ended with nobody lost and nothing rolled back (still its
+// first generation), and with the undisturbed run's parameters.
+void ExpectEndedAsIfUndisturbed(testing::LocalCluster& c) {
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+  const std::string log = c.Log("master");
+  EXPECT_EQ(log.find("lost"), std::string::npos) << log;
+  EXPECT_EQ(log.find("rolling back"), std::string::npos) << log;
+  for (const char* p : {"ps0", "ps1"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
+  ExpectTrainersFinished(c);
+  EXPECT_EQ(c.Metrics(0).back()["generation"].get<int>(), 1);
+  ExpectSameParameters(c);
+}
+
 // Hangs shorter than the peer timeout (SIGSTOP of a server, a trainer, then
 // the master, each at a seeded step, for half the timeout) are waited out:
 // nobody is lost, nothing rolls back, and the job ends bit for bit as an
@@ -418,14 +431,7 @@ TEST(ElasticTest, BriefStopsOfEveryRoleChangeNothing) {
     std::this_thread::sleep_for(stop);
     c.Kill(who, SIGCONT);
   }
-  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
-  const std::string log = c.Log("master");
-  EXPECT_EQ(log.find("lost"), std::string::npos) << log;
-  EXPECT_EQ(log.find("rolling back"), std::string::npos) << log;
-  for (const char* p : {"ps0", "ps1"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
-  ExpectTrainersFinished(c);
-  EXPECT_EQ(c.Metrics(0).back()["generation"].get<int>(), 1);
-  ExpectSameParameters(c);
+  ExpectEndedAsIfUndisturbed(c);
   std::filesystem::remove_all(root);
 }
 
@@ -478,14 +484,7 @@ TEST(ElasticTest, ResetConnectionsChangeNothing) {
                                   << "): this kernel cannot destroy sockets (CONFIG_INET_DIAG_DESTROY), or ss is missing";
     std::cout << "reset " << closed << " connection(s) to " << who << " after step " << step << "\n";
   }
-  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
-  const std::string log = c.Log("master");
-  EXPECT_EQ(log.find("lost"), std::string::npos) << log;
-  EXPECT_EQ(log.find("rolling back"), std::string::npos) << log;
-  for (const char* p : {"ps0", "ps1"}) EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << c.Log(p);
-  ExpectTrainersFinished(c);
-  EXPECT_EQ(c.Metrics(0).back()["generation"].get<int>(), 1);
-  ExpectSameParameters(c);
+  ExpectEndedAsIfUndisturbed(c);
   std::filesystem::remove_all(root);
 }
 
