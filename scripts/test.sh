@@ -42,6 +42,7 @@ install_for_tests() {
     echo "could not install ${missing[*]}: the tests that need them will be skipped" >&2
 }
 install_for_tests "for the SLURM test, tests/cluster/slurm_test.sh" slurm-wlm munge
+install_for_tests "for the stacks a failed integration test prints of the processes that still run" gdb
 install_for_tests "for scripts/plot_run.py's test and the Python package's (python/tests)" \
   python3-matplotlib python3-torch python3-pytest python3-numpy python3-pip python3-setuptools
 

@@ -8,7 +8,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <thread>
 
@@ -35,6 +38,9 @@ LocalCluster::LocalCluster(const std::string& name) {
 }
 
 LocalCluster::~LocalCluster() {
+  // A failed test tells what each process was doing: the end of every log,
+  // and the threads' stacks of whatever still runs (a hang shows where).
+  if (::testing::Test::HasFailure()) ReportForFailure();
   for (auto& [name, pid] : pids_) {
     if (exit_codes_.count(name)) continue;
     kill(pid, SIGKILL);
@@ -46,6 +52,49 @@ LocalCluster::~LocalCluster() {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
+}
+
+namespace {
+
+std::string LastLines(const std::string& text, size_t lines) {
+  size_t at = text.size();
+  for (size_t n = 0; n <= lines && at > 0; ++n) {
+    at = text.rfind('\n', at - 1);
+    if (at == std::string::npos) return text;
+  }
+  return text.substr(at + 1);
+}
+
+// Output of a shell command (empty where it cannot run).
+std::string CommandOutput(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
+  pclose(pipe);
+  return out;
+}
+
+}  // namespace
+
+void LocalCluster::ReportForFailure() {
+  const bool have_gdb = system("command -v gdb >/dev/null 2>&1") == 0;
+  for (const auto& [name, pid] : pids_) {
+    const bool running = Running(name);
+    std::cerr << "==== " << name << " (pid " << pid << ", "
+              << (running ? std::string("still running") : "exit " + std::to_string(exit_codes_[name]))
+              << "): the end of " << dir_ << "/" << name << ".log\n"
+              << LastLines(Log(name), 40) << "\n";
+    if (running && have_gdb) {
+      std::cerr << "==== " << name << ": threads\n"
+                << CommandOutput("timeout 60 gdb -p " + std::to_string(pid) +
+                                 " -batch -nx -ex 'set pagination off' -ex 'thread apply all bt' 2>&1 | "
+                                 "grep -E '^(Thread|#)'")
+                << "\n";
+    }
+  }
+  if (!have_gdb) std::cerr << "(no gdb here: no stacks of the processes that still ran)\n";
 }
 
 Status LocalCluster::Spawn(const std::string& name, const std::string& binary, const std::vector<std::string>& args) {

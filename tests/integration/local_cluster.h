@@ -64,6 +64,9 @@ class LocalCluster {
   std::vector<nlohmann::json> Metrics(int rank) const;
 
  private:
+  // To stderr: the end of every process's log, and with gdb, the stacks of
+  // those still running.
+  void ReportForFailure();
   Status Spawn(const std::string& name, const std::string& binary, const std::vector<std::string>& args);
 
   std::string dir_;

@@ -45,7 +45,15 @@ inline nlohmann::json StatefulSyncJob(const std::string& name, const std::string
         {"seed", 5},
         {"log_every", 4}}},
       {"checkpoint", {{"dir", ckpt_dir}, {"every_steps", every}, {"keep", 3}}},
-      {"runtime", {{"heartbeat_ms", 200}, {"peer_timeout_ms", 3000}, {"master_reconnect_ms", 5000}}}};
+      // A call or an allreduce that never completes fails in 30 s, with its
+      // error in the trainer's log, well within the tests' waits for the
+      // job's end (which the defaults, 120 s, matched exactly).
+      {"runtime",
+       {{"heartbeat_ms", 200},
+        {"peer_timeout_ms", 3000},
+        {"master_reconnect_ms", 5000},
+        {"rpc_timeout_ms", 30000},
+        {"collective_timeout_ms", 30000}}}};
 }
 
 }  // namespace tessera::testing
