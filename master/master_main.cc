@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -17,6 +18,7 @@
 #include "common/messages.h"
 #include "common/metrics_http.h"
 #include "common/rpc_client.h"
+#include "common/signal_watcher.h"
 #include "master/config_check.h"
 #include "master/master.h"
 #include "master/planner.h"
@@ -58,19 +60,13 @@ DEFINE_string(ps_hosts, "", "With --print_plan: comma-separated host of each ser
 namespace {
 
 // Turns SIGINT/SIGTERM into an orderly abort (servers are told, exit code 1)
-// and SIGUSR1 into a checkpoint request.
-class SignalWatcher {
+// and SIGUSR1 into a checkpoint request, on a thread of its own.
+class SignalHandling {
  public:
-  explicit SignalWatcher(tessera::Master* master) {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGUSR1);
-    thread_ = std::thread([this, master, set] {
-      timespec tick{0, 100 * 1000 * 1000};
+  SignalHandling(tessera::SignalWatcher* signals, tessera::Master* master) {
+    thread_ = std::thread([this, signals, master] {
       while (!stop_) {
-        const int sig = sigtimedwait(&set, nullptr, &tick);
+        const int sig = signals->Next(std::chrono::milliseconds(100));
         if (sig == SIGUSR1) {
           tessera::Status st = master->RequestCheckpoint("SIGUSR1");
           if (!st.ok()) LOG(ERROR) << "no checkpoint: " << st;
@@ -80,7 +76,7 @@ class SignalWatcher {
       }
     });
   }
-  ~SignalWatcher() {
+  ~SignalHandling() {
     stop_ = true;
     thread_.join();
   }
@@ -184,13 +180,13 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  // Block the signals in every thread; the watcher takes them synchronously.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGUSR1);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // Taken from here on, whichever thread they reach (a library's threads
+  // may predate main): they wait for SignalHandling below.
+  auto signals = tessera::SignalWatcher::Start({SIGINT, SIGTERM, SIGUSR1});
+  if (!signals.ok()) {
+    LOG(ERROR) << "master failed to start: " << signals.status();
+    return 1;
+  }
 
   auto keys = tessera::KeysFromFlags(FLAGS_keys, FLAGS_insecure, tessera::Role::kMaster);
   if (!keys.ok()) {
@@ -238,7 +234,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (*metrics) std::cout << "[master] metrics on " << (*metrics)->url() << std::endl;
-  SignalWatcher watcher(master->get());
+  SignalHandling handling(signals->get(), master->get());
   auto summary = (*master)->Run();
   if (!summary.ok()) {
     std::cout << "[master] JOB FAILED: " << summary.status() << std::endl;

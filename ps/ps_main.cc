@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -14,6 +15,7 @@
 
 #include "common/metrics_http.h"
 #include "common/net_address.h"
+#include "common/signal_watcher.h"
 #include "kernels/device_choice.h"
 #include "ps/parameter_server.h"
 #include "ps/store_factory.h"
@@ -63,13 +65,13 @@ int main(int argc, char** argv) {
   // malloc arena, so that ReturnFreedHeapMemory (malloc_trim) can return
   // the rest too: it cannot shrink the heaps of per-thread arenas.
   mallopt(M_ARENA_MAX, 1);
-  // Blocked before any thread starts, so that every thread inherits it and
-  // only the watcher below takes them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // Taken from the start, whichever thread they reach (a library's threads
+  // may predate main): they wait for the watcher below.
+  auto signals = tessera::SignalWatcher::Start({SIGTERM, SIGINT});
+  if (!signals.ok()) {
+    LOG(ERROR) << "parameter server failed to start: " << signals.status();
+    return 1;
+  }
 
   auto device = tessera::kernels::ChooseDevice(FLAGS_device, "parameter server");
   if (!device.ok()) {
@@ -152,11 +154,11 @@ int main(int argc, char** argv) {
   // cannot (the last server) it stops at once, exit 1.
   std::atomic<bool> done{false};
   tessera::ParameterServer* server = ps->get();
-  std::thread watcher([&done, server, set] {
-    timespec tick{0, 100 * 1000 * 1000};
+  tessera::SignalWatcher* watched = signals->get();
+  std::thread watcher([&done, server, watched] {
     bool asked = false;
     while (!done) {
-      const int sig = sigtimedwait(&set, nullptr, &tick);
+      const int sig = watched->Next(std::chrono::milliseconds(100));
       if (sig <= 0) continue;
       if (asked) {
         server->Stop(tessera::Status::Cancelled(std::string("a second ") + strsignal(sig) + " while draining"));
