@@ -39,6 +39,9 @@ class CpuDenseBackend final : public DenseBackend {
   Status CopyToHost(const float* src, int64_t n, float* host) override { return CopyFromHost(src, n, host); }
   Status CopyMatrix(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows,
                     int64_t cols) override {
+    // A model without dense features has no columns here, and no buffer
+    // either (memcpy of a null pointer is undefined, even of 0 bytes).
+    if (cols <= 0) return Status::OK();
     for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_ld, src + r * src_ld, sizeof(float) * cols);
     return Status::OK();
   }

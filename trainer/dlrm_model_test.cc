@@ -94,6 +94,34 @@ TEST(DlrmModelTest, GradientsMatchFiniteDifferences) {
   }
 }
 
+// Avazu and MovieLens have no dense features: no bottom MLP, and the batch's
+// dense values are no buffer at all (a null pointer, which the copies into
+// the interaction must not hand to memcpy: UBSan found that in the trainer).
+TEST(DlrmModelTest, AModelWithoutDenseFeaturesTrainsOnItsEmbeddingsAlone) {
+  ModelConfig m;
+  m.num_dense_features = 0;
+  m.top_mlp = {6, 1};
+  const std::vector<int> dims = {3, 2};
+  DlrmModel model(m, dims, 11);
+  EXPECT_EQ(model.interaction_width(), 3 + 2);
+  Batch b = MakeBatch(m, dims, 4);
+  ASSERT_TRUE(b.dense.empty());
+  OptimizerSpec spec;
+  spec.lr = 0.5;
+  auto opt = DenseOptimizer::Create(spec, model.num_params());
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  const double before = Loss(model, b);
+  std::vector<std::vector<float>> d;
+  for (int i = 0; i < 50; ++i) {
+    auto loss = model.ForwardBackward(nullptr, Ptrs(b), b.labels.data(), b.B, 1.0f / b.B, &d);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    ASSERT_TRUE(opt->Step(model.params(), model.grads()).ok());
+  }
+  EXPECT_LT(Loss(model, b), 0.5 * before);
+  ASSERT_EQ(d.size(), dims.size());
+  for (size_t f = 0; f < dims.size(); ++f) EXPECT_EQ(d[f].size(), static_cast<size_t>(b.B * dims[f]));
+}
+
 TEST(DlrmModelTest, SameSeedSameReplicaAndTrainingLowersLoss) {
   ModelConfig m;
   m.num_dense_features = 4;
