@@ -123,11 +123,12 @@ void ParameterServer::Stop(const Status& why) {
 Status ParameterServer::Run() {
   TESSERA_RETURN_IF_ERROR(Register());
   auto last_contact = std::chrono::steady_clock::now();
+  auto shut_down = [this] {
+    LOG(INFO) << "ps " << rank_ << ": shutdown requested by the master";
+    return Status::OK();
+  };
   for (;;) {
-    if (service_->WaitForShutdown(milliseconds(heartbeat_ms_))) {
-      LOG(INFO) << "ps " << rank_ << ": shutdown requested by the master";
-      return Status::OK();
-    }
+    if (service_->WaitForShutdown(milliseconds(heartbeat_ms_))) return shut_down();
     {
       std::lock_guard<std::mutex> lock(stop_mu_);
       if (!stop_reason_.ok()) {
@@ -161,6 +162,10 @@ Status ParameterServer::Run() {
       continue;
     } else if (reply.status().code() != StatusCode::kDeadlineExceeded) {
       // The master answered with an error: it no longer knows this server.
+      // A drained server learns that from a heartbeat that crossed the
+      // master's SHUTDOWN (its reply goes out before the server notes it):
+      // then it has left as asked.
+      if (service_->WaitForShutdown(milliseconds(heartbeat_ms_))) return shut_down();
       service_->Abort(reply.status());
       return reply.status().WithContext("heartbeat");
     }
