@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite through
 # CTest; then runs the unit tests again in an AddressSanitizer +
-# UndefinedBehaviorSanitizer build (memory errors in a server are data loss)
-# and each fuzz target (tests/fuzz, clang + libFuzzer) for 10 s, both from
-# one clang build in build-fuzz/.
+# UndefinedBehaviorSanitizer build (memory errors in a server are data loss),
+# three integration suites with every process of that build, and each fuzz
+# target (tests/fuzz, clang + libFuzzer) for 10 s, all from one clang build
+# in build-fuzz/.
 # As root it also runs the cluster tests (tests/cluster: test hosts in
 # network namespaces, a SLURM cluster on them), installing Debian's
 # slurm-wlm and munge for them; otherwise CTest shows them skipped.
@@ -93,6 +94,27 @@ san_unit_tests() {
   (cd "$1" && "${SAN_OPTS[@]}" ctest --output-on-failure -j"$JOBS" -L unit -E '^ps_write_back_buffer_test$')
   (cd "$1" && "${SAN_OPTS[@]}" ctest --output-on-failure -R '^ps_write_back_buffer_test$' --repeat until-pass:3)
 }
+# Integration tests whose processes (master, servers, trainers) are the
+# sanitizer build's: a server's memory error under real traffic, kill -9,
+# SIGTERM and migrations. Each process writes its reports to a file of its
+# own: a report fails the stage even where the test expected that process
+# to fail.
+SAN_INTEGRATION="integration_elastic_test integration_security_test integration_training_test"
+SAN_BINARIES="tessera_master tessera_ps tessera_trainer"
+san_integration_tests() {
+  local reports rc=0
+  reports="$(mktemp -d)"
+  (cd "$1" && env ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:log_path=$reports/asan" \
+    UBSAN_OPTIONS="print_stacktrace=1:log_path=$reports/ubsan" \
+    ctest --output-on-failure -j"$JOBS" -R "^($(echo $SAN_INTEGRATION | tr ' ' '|'))\$") || rc=$?
+  if [ -n "$(ls -A "$reports")" ]; then
+    cat "$reports"/*
+    echo "the sanitizers reported the errors above in the integration tests' processes" >&2
+    rc=1
+  fi
+  rm -rf "$reports"
+  return "$rc"
+}
 if [ "$HAVE_FUZZER" = 1 ] && { [ "$ASAN" = 1 ] || [ "$FUZZ" = 1 ]; }; then
   echo "== build (clang, AddressSanitizer + UndefinedBehaviorSanitizer, libFuzzer: unit tests and fuzz targets)"
   # Configured as scripts/build.sh --fuzz configures it (bench/fuzz.sh's build).
@@ -100,7 +122,7 @@ if [ "$HAVE_FUZZER" = 1 ] && { [ "$ASAN" = 1 ] || [ "$FUZZ" = 1 ]; }; then
     -DTESSERA_PYTHON=OFF -DTESSERA_WERROR=ON >/dev/null
   SAN_TARGETS=""
   if [ "$ASAN" = 1 ]; then
-    SAN_TARGETS=$(cd "$ROOT/build-fuzz" && ctest -N -L unit | awk '/Test +#/ {print $3}')
+    SAN_TARGETS="$(cd "$ROOT/build-fuzz" && ctest -N -L unit | awk '/Test +#/ {print $3}') $SAN_BINARIES $SAN_INTEGRATION"
   fi
   if [ "$FUZZ" = 1 ]; then
     SAN_TARGETS="$SAN_TARGETS tessera_fuzz"
@@ -110,6 +132,8 @@ if [ "$HAVE_FUZZER" = 1 ] && { [ "$ASAN" = 1 ] || [ "$FUZZ" = 1 ]; }; then
   if [ "$ASAN" = 1 ]; then
     echo "== unit tests (sanitizers)"
     san_unit_tests "$ROOT/build-fuzz"
+    echo "== integration tests, every process sanitized"
+    san_integration_tests "$ROOT/build-fuzz"
   fi
   if [ "$FUZZ" = 1 ]; then
     echo "== fuzz targets (10 s each)"
@@ -122,9 +146,11 @@ else
       -DTESSERA_WERROR=ON >/dev/null
     UNIT_TARGETS=$(cd "$ROOT/build-asan" && ctest -N -L unit | awk '/Test +#/ {print $3}')
     # shellcheck disable=SC2086
-    cmake --build "$ROOT/build-asan" -j"$JOBS" --target $UNIT_TARGETS
+    cmake --build "$ROOT/build-asan" -j"$JOBS" --target $UNIT_TARGETS $SAN_BINARIES $SAN_INTEGRATION
     echo "== unit tests (sanitizers)"
     san_unit_tests "$ROOT/build-asan"
+    echo "== integration tests, every process sanitized"
+    san_integration_tests "$ROOT/build-asan"
   fi
   # install_deps.sh installs clang and libFuzzer; where it could not, say so
   # rather than fail the suite on a missing compiler.
