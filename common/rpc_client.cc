@@ -4,6 +4,7 @@
 #include <future>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include <glog/logging.h>
 
@@ -127,6 +128,43 @@ Status RpcClient::RefusedStatus(int peer) const {
                                   " refused this process's CURVE handshake: not the job's keys (--keys)?");
 }
 
+void RpcClient::CountCalls(const std::deque<Outgoing>& waiting) {
+  std::vector<std::pair<size_t, size_t>> counts(sockets_.size());
+  for (const auto& [id, p] : pending_) {
+    if (p.peer >= 0 && p.peer < static_cast<int>(counts.size())) ++counts[p.peer].first;
+  }
+  for (const Outgoing& o : waiting) {
+    if (o.peer >= 0 && o.peer < static_cast<int>(counts.size())) ++counts[o.peer].second;
+  }
+  std::lock_guard<std::mutex> lock(links_mu_);
+  for (size_t i = 0; i < counts.size() && i < links_.size(); ++i) {
+    links_[i].in_flight = counts[i].first;
+    links_[i].unsent = counts[i].second;
+  }
+}
+
+std::string RpcClient::DescribeLink(int peer) const {
+  std::lock_guard<std::mutex> lock(links_mu_);
+  if (peer < 0 || peer >= static_cast<int>(links_.size())) return "no such connection";
+  const Link& l = links_[peer];
+  std::ostringstream out;
+  out << "connection to " << l.endpoint << ": ";
+  if (l.refused) {
+    out << "refused (keys)";
+  } else if (!l.ever_connected) {
+    out << "never connected";
+  } else if (l.down_since) {
+    out << "down for "
+        << std::chrono::duration<double>(std::chrono::steady_clock::now() - *l.down_since).count() << " s";
+  } else {
+    out << "up";
+  }
+  out << "; " << l.connections << " connection(s), " << l.disconnections << " drop(s), " << l.resent_calls
+      << " call(s) sent again; " << l.in_flight << " call(s) sent and waiting for a reply, " << l.unsent
+      << " not yet taken by the socket";
+  return out.str();
+}
+
 void RpcClient::Disconnect(int peer) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -160,6 +198,7 @@ void RpcClient::ReadMonitor(int peer) {
     };
     if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED || (!keys_ && id == ZMQ_EVENT_CONNECTED)) {
       // With CURVE, a TCP connection is not yet a connection to the job.
+      if (!link.ever_connected || link.down_since) ++link.connections;  // both events come without keys
       if (link.down_since) link.resend = true;
       link.ever_connected = true;
       link.down_since.reset();
@@ -177,7 +216,10 @@ void RpcClient::ReadMonitor(int peer) {
         refuse("it closed every connection before the CURVE handshake: it does not hold the job's key for its role");
       }
       link.awaiting_handshake = false;
-      if (link.ever_connected && !link.down_since) link.down_since = std::chrono::steady_clock::now();
+      if (link.ever_connected && !link.down_since) {
+        ++link.disconnections;
+        link.down_since = std::chrono::steady_clock::now();
+      }
     }
   }
 }
@@ -202,6 +244,10 @@ void RpcClient::ResendAfterReset(int peer) {
     resent += sent.ok() && *sent;
   }
   if (resent > 0) {
+    {
+      std::lock_guard<std::mutex> lock(links_mu_);
+      links_[peer].resent_calls += resent;
+    }
     LOG(WARNING) << "the connection to " << endpoint << " was reset; " << resent
                  << " call(s) waiting for a reply sent again";
   }
@@ -420,6 +466,7 @@ void RpcClient::IoLoop() {
       }
     }
 
+    CountCalls(waiting);
     const auto now = std::chrono::steady_clock::now();
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->second.deadline <= now) {

@@ -98,6 +98,12 @@ class RpcClient {
   // a hung process keeps them up.
   std::optional<std::chrono::steady_clock::time_point> DisconnectedSince(int peer) const;
 
+  // The state of the connection to `peer` in words, for an error that says
+  // a server or the master does not answer: up or down since when, how
+  // often it connected and dropped, how many calls went again, how many
+  // wait for a reply and how many for the socket to take them.
+  std::string DescribeLink(int peer) const;
+
  private:
   RpcClient() = default;
   void IoLoop();
@@ -116,6 +122,9 @@ class RpcClient {
     std::chrono::steady_clock::time_point deadline;
     RpcCallback done;
   };
+  // For DescribeLink: each peer's calls in pending_ and in `waiting`. I/O
+  // thread, once a round.
+  void CountCalls(const std::deque<Outgoing>& waiting);
   struct Pending {
     std::chrono::steady_clock::time_point deadline;
     RpcCallback done;
@@ -166,6 +175,11 @@ class RpcClient {
     // Connected again after a reset: the calls waiting for a reply go again
     // (RecentReplies on the server serves each once).
     bool resend = false;
+    // For DescribeLink: how the connection went so far, and its calls as
+    // the I/O thread last counted them: sent and waiting for their reply,
+    // and not yet taken by the socket.
+    int connections = 0, disconnections = 0, resent_calls = 0;
+    size_t in_flight = 0, unsent = 0;
   };
   mutable std::mutex links_mu_;
   std::vector<Link> links_;  // GUARDED_BY(links_mu_): by peer

@@ -374,6 +374,14 @@ TEST(RpcClientTest, DisconnectedSinceTellsAPeerThatWentAwayAndCameBack) {
   ASSERT_TRUE((*client)->CallSync(*peer, Message(Opcode::kHeartbeat), milliseconds(5000)).ok());
   EXPECT_FALSE((*client)->DisconnectedSince(*peer).has_value());
   EXPECT_FALSE((*client)->DisconnectedSince(*peer + 1).has_value());  // no such peer
+  // The calls are counted once a round of the client's I/O thread: the
+  // answered one leaves the count at the next round.
+  const std::string idle = "connection to " + endpoint +
+                           ": up; 1 connection(s), 0 drop(s), 0 call(s) sent again; 0 call(s) sent and waiting for a "
+                           "reply, 0 not yet taken by the socket";
+  for (int i = 0; i < 300 && (*client)->DescribeLink(*peer) != idle; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ((*client)->DescribeLink(*peer), idle);
+  EXPECT_EQ((*client)->DescribeLink(*peer + 1), "no such connection");
 
   const auto before = std::chrono::steady_clock::now();
   server->reset();  // the peer goes away: its connection closes
@@ -384,6 +392,9 @@ TEST(RpcClientTest, DisconnectedSinceTellsAPeerThatWentAwayAndCameBack) {
   }
   ASSERT_TRUE(down) << "no disconnect seen within 3 s";
   EXPECT_GE(*(*client)->DisconnectedSince(*peer), before);
+  const std::string described = (*client)->DescribeLink(*peer);
+  EXPECT_NE(described.find(": down for "), std::string::npos) << described;
+  EXPECT_NE(described.find("1 connection(s), 1 drop(s)"), std::string::npos) << described;
 
   // Back on the same address: the client reconnects by itself.
   auto again = RpcServer::Start(RpcServerOptions{endpoint, 1}, note);
@@ -393,6 +404,40 @@ TEST(RpcClientTest, DisconnectedSinceTellsAPeerThatWentAwayAndCameBack) {
     std::this_thread::sleep_for(milliseconds(10));
   }
   EXPECT_FALSE((*client)->DisconnectedSince(*peer).has_value());
+  EXPECT_NE((*client)->DescribeLink(*peer).find(": up; 2 connection(s), 1 drop(s)"), std::string::npos)
+      << (*client)->DescribeLink(*peer);
+}
+
+TEST(RpcClientTest, DescribeLinkCountsTheCallsWaitingForTheirReply) {
+  std::mutex mu;
+  std::vector<Responder> held;  // answered at the end
+  auto hold = [&](Message&&, Responder r) {
+    std::lock_guard<std::mutex> lock(mu);
+    held.push_back(std::move(r));
+  };
+  auto server = RpcServer::Start(RpcServerOptions{}, hold);
+  ASSERT_TRUE(server.ok());
+  auto client = RpcClient::Create();
+  ASSERT_TRUE(client.ok());
+  auto peer = (*client)->Connect((*server)->endpoint());
+  ASSERT_TRUE(peer.ok());
+  RpcFuture a = (*client)->Call(*peer, Message(Opcode::kHeartbeat), milliseconds(10000));
+  RpcFuture b = (*client)->Call(*peer, Message(Opcode::kHeartbeat), milliseconds(10000));
+  std::string described;
+  for (int i = 0; i < 500; ++i) {
+    described = (*client)->DescribeLink(*peer);
+    if (described.find("2 call(s) sent and waiting for a reply, 0 not yet taken") != std::string::npos) break;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_NE(described.find("2 call(s) sent and waiting for a reply, 0 not yet taken"), std::string::npos)
+      << described;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (Responder& r : held) r.ReplyOk();
+    held.clear();
+  }
+  EXPECT_TRUE(a.Wait().ok());
+  EXPECT_TRUE(b.Wait().ok());
 }
 
 // Two jobs' key folders: the job's own and a stranger's.

@@ -171,7 +171,8 @@ Status ParameterServer::Run() {
     }
     if (now - last_contact > milliseconds(master_reconnect_ms_)) {
       Status lost = Status::Unavailable("lost contact with the master " + options_.master + " for over " +
-                                        std::to_string(master_reconnect_ms_) + " ms (runtime.master_reconnect_ms)");
+                                        std::to_string(master_reconnect_ms_) + " ms (runtime.master_reconnect_ms; " +
+                                        client_->DescribeLink(master_peer_) + ")");
       service_->Abort(lost);
       return lost;
     }

@@ -207,11 +207,13 @@ void TrainerMember::HeartbeatLoop() {
       fatal = Status::Aborted("the master rejected a heartbeat: " + reply.status().ToString());
     } else if (now - last_contact > milliseconds(master_reconnect_ms_)) {
       fatal = Status::Unavailable("lost contact with the master " + options_.master + " for over " +
-                                  std::to_string(master_reconnect_ms_) + " ms (runtime.master_reconnect_ms)");
+                                  std::to_string(master_reconnect_ms_) + " ms (runtime.master_reconnect_ms; " +
+                                  client_->DescribeLink(master_peer_) + ")");
     } else if (now - last_contact > milliseconds(peer_timeout_ms_) && master_settled_.exchange(false)) {
       LOG(WARNING) << "trainer " << options_.rank << ": no answer from the master " << options_.master
                    << "; retrying for up to " << master_reconnect_ms_ << " ms (a master restarted with --recover "
-                   << "takes the job over)";
+                   << "takes the job over); the last heartbeat: " << reply.status() << "; "
+                   << client_->DescribeLink(master_peer_);
     }
     if (!fatal.ok()) {
       LOG(ERROR) << "trainer " << options_.rank << ": " << fatal;
