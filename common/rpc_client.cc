@@ -57,9 +57,19 @@ RpcClient::~RpcClient() {
   stop_ = true;
   wakeup_->Signal();
   if (io_thread_.joinable()) io_thread_.join();
-  monitors_.clear();
-  sockets_.clear();
+  for (size_t peer = 0; peer < sockets_.size(); ++peer) CloseLink(static_cast<int>(peer));
   context_.reset();
+}
+
+void RpcClient::CloseLink(int peer) {
+  // Monitoring stops before either socket closes. libzmq sends a socket's
+  // events from its I/O thread with a blocking send: an event raised once
+  // the reading end is gone (the server closing the connection just as we
+  // close ours) would block that thread for good, and with it every other
+  // connection of this client (libzmq issue 3575).
+  if (sockets_[peer]) (void)zmq_socket_monitor(static_cast<void*>(*sockets_[peer]), nullptr, 0);
+  sockets_[peer].reset();
+  monitors_[peer].reset();
 }
 
 std::optional<std::chrono::steady_clock::time_point> RpcClient::DisconnectedSince(int peer) const {
@@ -421,8 +431,7 @@ void RpcClient::IoLoop() {
         it = pending_.erase(it);
         fail(done, Status::Cancelled("the connection was closed (Disconnect)"));
       }
-      sockets_[peer].reset();
-      monitors_[peer].reset();
+      CloseLink(peer);
     }
     disconnects.clear();
 

@@ -184,6 +184,9 @@ class RpcClient {
   mutable std::mutex links_mu_;
   std::vector<Link> links_;  // GUARDED_BY(links_mu_): by peer
 
+  // Closes a peer's socket and its monitor. I/O thread (or after it ended).
+  void CloseLink(int peer);
+
   // Owned by the I/O thread.
   std::vector<std::unique_ptr<zmq::socket_t>> sockets_;
   std::vector<std::unique_ptr<zmq::socket_t>> monitors_;  // by peer: its socket's events (PAIR)

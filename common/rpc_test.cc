@@ -618,6 +618,31 @@ TEST(RpcClientTest, DisconnectEndsThatPeersCallsAndItsConnection) {
   parked.clear();
 }
 
+// A server that goes away just as the client closes its connection to it:
+// libzmq raises the disconnection from its I/O thread, and had the client
+// already closed that socket's event reader, the I/O thread would wait on
+// it for good and no other connection would move again. Each round races
+// the two; the other server must answer every time.
+TEST(RpcClientTest, AServerLeavingAsItsConnectionClosesStallsNoOtherPeer) {
+  auto b = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
+  ASSERT_TRUE(b.ok());
+  auto client = std::move(RpcClient::Create()).value();
+  const int pb = *client->Connect((*b)->endpoint());
+  for (int round = 0; round < 150; ++round) {
+    auto a = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
+    ASSERT_TRUE(a.ok());
+    const int pa = *client->Connect((*a)->endpoint());
+    ASSERT_TRUE(client->CallSync(pa, Message(Opcode::kHeartbeat), milliseconds(5000)).ok());
+    std::thread stop([&a, round] {
+      std::this_thread::sleep_for(std::chrono::microseconds(50 * (round % 8)));
+      a->reset();
+    });
+    client->Disconnect(pa);
+    stop.join();
+    ASSERT_TRUE(client->CallSync(pb, Message(Opcode::kHeartbeat), milliseconds(5000)).ok()) << "round " << round;
+  }
+}
+
 TEST(PeerPoolTest, OneConnectionPerKeyUntilForgotten) {
   auto a = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
   auto b = RpcServer::Start(RpcServerOptions{}, [](Message&&, Responder r) { r.ReplyOk(); });
