@@ -108,10 +108,13 @@ class PsServiceTest : public ::testing::Test {
     return MakeRowStoreFactory(o);
   }
 
-  int64_t StatOfShard0(const char* key) {
-    const nlohmann::json stats = service_->Stats();  // outlives the loop
+  int64_t RocksDbTierHitsOfShard0() {
+    const nlohmann::json stats = service_->Stats();
     for (const auto& shard : stats.at("shards")) {
-      if (shard.value("shard_id", -1) == 0) return shard.value(key, int64_t{0});
+      if (shard.value("shard_id", -1) != 0) continue;
+      for (const auto& tier : shard.at("tiers")) {
+        if (tier.value("tier", "") == "rocksdb") return tier.value("hits", int64_t{0});
+      }
     }
     return -1;
   }
@@ -540,7 +543,10 @@ TEST_F(PsServiceTest, AParkedLookupsRowsComeUpFromRocksDbWhileItWaits) {
   ASSERT_TRUE(Call(Lookup(0, 1, {{90}})).ok());
   ASSERT_TRUE(Call(Push(0, 1, 1, 4, {1, 1, 1, 1})).ok());
   ASSERT_EQ(service_->Stats().value("rows_warmed", int64_t{-1}), 0);
-  const int64_t read_before = StatOfShard0("rocksdb_rows_read");
+  // Found below the host tier: in RocksDB, or still in a write-back buffer
+  // that RocksDB's writing thread has not emptied yet (a loaded machine);
+  // both count as the rocksdb tier's hits.
+  const int64_t found_below_before = RocksDbTierHitsOfShard0();
   std::vector<std::vector<int64_t>> wanted;
   for (int64_t i = 0; i < 10; ++i) wanted.push_back({i});
   RpcFuture early = client_->Call(peer_, Lookup(0, 2, wanted), milliseconds(5000));
@@ -550,7 +556,7 @@ TEST_F(PsServiceTest, AParkedLookupsRowsComeUpFromRocksDbWhileItWaits) {
     std::this_thread::sleep_for(milliseconds(5));
   }
   EXPECT_EQ(service_->Stats().value("rows_warmed", int64_t{0}), 10);
-  EXPECT_GT(StatOfShard0("rocksdb_rows_read"), read_before);
+  EXPECT_GT(RocksDbTierHitsOfShard0(), found_below_before);
   EXPECT_FALSE(early.Ready());
   ASSERT_TRUE(Call(Lookup(1, 1, {{91}})).ok());
   ASSERT_TRUE(Call(Push(1, 1, 1, 4, {1, 1, 1, 1})).ok());
