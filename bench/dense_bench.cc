@@ -8,8 +8,10 @@
 // the job's examples/s against their sum (issue 15: at least 70% of it).
 //
 //   tessera_dense_bench --config bench/configs/w1.json [--seconds 10] [--warmup_steps 20]
+//   tessera_dense_bench --print_blas_core   (the OpenBLAS kernels it and the trainers run on)
 //
-// Prints one JSON line: {"examples_per_s", "steps", "batch", "ms_per_step", ...}.
+// Prints one JSON line: {"examples_per_s", "steps", "batch", "ms_per_step",
+// "blas_core" (the OpenBLAS kernels it ran on), ...}.
 #include <gflags/gflags.h>
 
 #include <chrono>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "common/job_config.h"
+#include "kernels/blas_core.h"
 #include "kernels/dense_ops.h"
 #include "trainer/dense_optimizer.h"
 #include "trainer/dlrm_model.h"
@@ -27,6 +30,7 @@ DEFINE_string(config, "", "the job's config (its model, tables, batch_size and d
 DEFINE_double(seconds, 10.0, "how long to time steps for, after the warm-up");
 DEFINE_int32(warmup_steps, 20, "untimed steps first");
 DEFINE_int32(blas_threads, 1, "BLAS threads (the trainer's default: 1)");
+DEFINE_bool(print_blas_core, false, "print the OpenBLAS core this machine's trainers run on, and exit");
 
 namespace tessera {
 namespace {
@@ -89,9 +93,10 @@ int Main() {
     elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   }
   std::printf("{\"bench\":\"dense_only\",\"config\":\"%s\",\"batch\":%ld,\"params\":%ld,\"steps\":%ld,"
-              "\"ms_per_step\":%.4f,\"examples_per_s\":%.1f}\n",
+              "\"ms_per_step\":%.4f,\"examples_per_s\":%.1f,\"blas_core\":\"%s\"}\n",
               FLAGS_config.c_str(), static_cast<long>(batch), static_cast<long>(model.num_params()),
-              static_cast<long>(steps), elapsed * 1e3 / steps, steps * batch / elapsed);
+              static_cast<long>(steps), elapsed * 1e3 / steps, steps * batch / elapsed,
+              kernels::BlasCoreName().c_str());
   return 0;
 }
 
@@ -99,8 +104,15 @@ int Main() {
 }  // namespace tessera
 
 int main(int argc, char** argv) {
+  // As the trainer does: the same kernels as the trainers it is set against.
+  const std::string blas_note = tessera::kernels::RunOnBetterBlasCore(argv);
+  if (!blas_note.empty()) std::cerr << "tessera_dense_bench: " << blas_note << "\n";
   gflags::SetUsageMessage("tessera_dense_bench --config JOB.json [--seconds S]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (FLAGS_print_blas_core) {
+    std::printf("%s\n", tessera::kernels::BlasCoreName().c_str());
+    return 0;
+  }
   if (FLAGS_config.empty()) {
     std::cerr << "tessera_dense_bench: --config is required\n";
     return 2;

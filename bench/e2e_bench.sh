@@ -11,6 +11,9 @@
 #   bench/e2e_bench.sh [--steps N] [--mode async|sync] [--prefetch] [--workloads "w1 w2"] [--repeats R] [--python]
 #                      [--torchrec_python PATH]
 #
+# Every process runs on the OpenBLAS kernels the trainers run on (their
+# OPENBLAS_CORETYPE; printed at the start), the peers' torch included.
+#
 # Each repeat also measures the dense-only limit: the workload's dense model
 # alone (build/bench/tessera_dense_bench: forward, backward and SGD, no
 # lookups, data or allreduce), one process per trainer side by side, and
@@ -119,6 +122,17 @@ print("  %s servers, per trainer step: %s ms in all (%s); ns per looked-up id: %
 PY
   python3 -c "import json;print(round(json.load(open('$run/summary.json'))['examples_per_s']))"
 }
+
+# The C++ trainers and this bench's dense model run on the OpenBLAS kernels
+# that suit the CPU, not OpenBLAS's generic fallback for a CPU it does not
+# know (kernels/blas_core.h). The peers' and the PyTorch trainers' torch loads
+# the same OpenBLAS: they are given the same kernels, like for like.
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  OPENBLAS_CORETYPE="$("${TESSERA_BUILD_DIR:-$ROOT/build}/bench/tessera_dense_bench" --print_blas_core 2>/dev/null)" ||
+    OPENBLAS_CORETYPE=
+  [ -n "$OPENBLAS_CORETYPE" ] && export OPENBLAS_CORETYPE || unset OPENBLAS_CORETYPE
+fi
+echo "OpenBLAS kernels of every process of this run: ${OPENBLAS_CORETYPE:-as OpenBLAS chooses}" >&2
 
 dense_run() {  # workload -> examples/s of the dense model alone, one process per trainer side by side
   local w="$1" trainers pids=() i

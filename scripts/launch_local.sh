@@ -13,7 +13,8 @@
 # --trainer_cmd runs CMD as each trainer instead of tessera_trainer, with the
 # same arguments (--master, --keys or --insecure, --rank, --world,
 # --metrics_file, then --trainer_flags): a PyTorch trainer such as
-# examples/dlrm_criteo.py (docs/python.md).
+# examples/dlrm_criteo.py (docs/python.md). It runs with OPENBLAS_CORETYPE
+# set to the OpenBLAS kernels tessera_trainer runs on (unless already set).
 # The binaries come from $TESSERA_BUILD_DIR (default build/), or all from one
 # folder with TESSERA_BIN_DIR (a GPU bundle's bin/).
 #
@@ -232,6 +233,13 @@ MASTER_BIN="$(tessera_bin tessera_master)" || exit 1
 PS_BIN="$(tessera_bin tessera_ps)" || exit 1
 if [ -n "$TRAINER_CMD" ]; then
   TRAINER_BIN="$TRAINER_CMD"
+  # A PyTorch trainer's dense layers run on torch's BLAS, which on Debian is
+  # the same OpenBLAS: give it the kernels tessera_trainer runs on here, not
+  # OpenBLAS's generic fallback for a CPU it does not know (kernels/blas_core.h).
+  if [ -z "${OPENBLAS_CORETYPE:-}" ] && CPP_TRAINER="$(tessera_bin tessera_trainer 2>/dev/null)" &&
+    BLAS_CORE="$("$CPP_TRAINER" --print_blas_core 2>/dev/null)" && [ -n "$BLAS_CORE" ]; then
+    export OPENBLAS_CORETYPE="$BLAS_CORE"
+  fi
 else
   TRAINER_BIN="$(tessera_bin tessera_trainer)" || exit 1
 fi

@@ -1,6 +1,7 @@
 // tessera_trainer: one trainer. Registers with the master, trains its share
 // of every global batch, reports. Exit code 0 when the job finished.
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -9,6 +10,7 @@
 
 #include "common/metrics_http.h"
 #include "common/net_address.h"
+#include "kernels/blas_core.h"
 #include "kernels/device_choice.h"
 #include "trainer/trainer.h"
 
@@ -24,6 +26,9 @@ DEFINE_string(host, "",
               "Address of this trainer for the collective (its peers connect here; default: the address of the "
               "interface the route to the master goes through)");
 DEFINE_int32(blas_threads, 1, "BLAS threads for the dense layers");
+DEFINE_bool(print_blas_core, false,
+            "Print the OpenBLAS kernels (core) the dense layers run on here, and exit (scripts/launch_local.sh gives "
+            "PyTorch trainers the same)");
 DEFINE_string(device, "cpu", "cpu, auto (a GPU if usable, else the CPU) or cuda:N");
 DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
 DEFINE_int64(test_stall_at_step, -1, "Fault injection for tests: stop training at this step, heartbeats going on");
@@ -31,10 +36,17 @@ DEFINE_int32(test_crash_in_checkpoint, 0,
              "Fault injection for tests: die at the Nth checkpoint barrier, after arriving, while the master snapshots");
 
 int main(int argc, char** argv) {
+  // May run this program again, on OpenBLAS kernels that suit the CPU.
+  const std::string blas_note = tessera::kernels::RunOnBetterBlasCore(argv);
   gflags::SetUsageMessage("tessera_trainer --master tcp://HOST:PORT --rank R --world W [--metrics_file F]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (FLAGS_print_blas_core) {
+    std::printf("%s\n", tessera::kernels::BlasCoreName().c_str());
+    return 0;
+  }
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  if (!blas_note.empty()) LOG(WARNING) << blas_note;
 
   auto device = tessera::kernels::ChooseDevice(FLAGS_device, "trainer", tessera::Trainer::GpuPathMissing());
   if (!device.ok()) {
