@@ -58,8 +58,8 @@ std::string RunOnBetterBlasCore(char** argv) {
   const std::string better = BetterBlasCore(chosen, DetectCpuVectorFeatures());
   if (better.empty()) return "";
   if (setenv("OPENBLAS_CORETYPE", better.c_str(), 1) != 0 || setenv(kFellBackFrom, chosen.c_str(), 1) != 0) {
-    return std::string("OpenBLAS runs its generic ") + chosen + " kernels on this CPU; could not set OPENBLAS_CORETYPE=" +
-           better + ": " + std::strerror(errno);
+    return std::string("OpenBLAS runs its generic ") + chosen +
+           " kernels on this CPU; could not set OPENBLAS_CORETYPE=" + better + ": " + std::strerror(errno);
   }
   // By its own path, not /proc/self/exe: the process's name (what ps and
   // pgrep see) is taken from the path it was started by.

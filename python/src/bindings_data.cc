@@ -17,6 +17,7 @@
 #include "trainer/batch.h"
 #include "trainer/data_factory.h"
 #include "trainer/data_split.h"
+#include "kernels/blas_core.h"
 #include "kernels/dense_ops.h"
 #include "trainer/dlrm_model.h"
 
@@ -154,6 +155,13 @@ void BindData(py::module_& m) {
       "torch calls the same OpenBLAS for its matrix products, where torch.set_num_threads does not reach the "
       "pthread build: without this, its worker threads spin in sched_yield on cores the other trainers need");
   m.def("blas_threads", &kernels::BlasThreads, "The threads OpenBLAS may use now (tessera.set_blas_threads)");
+  m.def("blas_core", &kernels::BlasCoreName,
+        "The kernels (core) this process's OpenBLAS runs, the one Debian's torch runs its matrix products on");
+  m.def(
+      "better_blas_core",
+      [] { return kernels::BetterBlasCore(kernels::BlasCoreName(), kernels::DetectCpuVectorFeatures()); },
+      "Where OpenBLAS fell back to its generic kernels on a CPU it does not know: the core OPENBLAS_CORETYPE "
+      "should name before Python starts (the C++ trainer sets it for itself); else \"\"");
   m.def(
       "dlrm_initial_params",
       [](const py::dict& job, const std::vector<int>& feature_dims) {

@@ -79,3 +79,34 @@ def test_set_blas_threads_refuses_fewer_than_one():
         tessera.set_blas_threads(0)
     with pytest.raises(TypeError):
         tessera.set_blas_threads("two")
+
+
+CORE_PROBE = r"""
+import json, tessera
+print(json.dumps({"core": tessera.blas_core(), "better": tessera.better_blas_core(), "advice": tessera.blas_advice()}))
+"""
+
+
+def core_probe(coretype):
+    env = dict(os.environ, PYTHONPATH=str(BUILD / "python"))
+    env.pop("OPENBLAS_CORETYPE", None)
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
+    out = subprocess.run([sys.executable, "-c", CORE_PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_advice_names_kernels_that_end_the_fallback():
+    """Where OpenBLAS fell back, the advice names a core; started with it, the
+    process runs that core and nothing more is advised."""
+    first = core_probe(None)
+    assert first["core"]
+    if not first["better"]:
+        assert first["advice"] is None
+        pytest.skip(f"OpenBLAS knows this CPU (it chose {first['core']}): nothing to advise")
+    assert first["core"] == "Prescott"
+    assert f"OPENBLAS_CORETYPE={first['better']}" in first["advice"]
+    second = core_probe(first["better"])
+    assert second["core"] == first["better"]
+    assert second["better"] == "" and second["advice"] is None
