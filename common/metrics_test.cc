@@ -1,7 +1,10 @@
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -125,6 +128,48 @@ TEST(RpcServerMetricsTest, CountsRequestsErrorsAndBytesPerOpcode) {
   EXPECT_TRUE(Contains(text, "tessera_rpc_received_bytes_total{role=\"test\",op=\"HEARTBEAT\"} 102\n")) << text;
   EXPECT_TRUE(Contains(text, "tessera_rpc_latency_seconds_count{role=\"test\",op=\"HEARTBEAT\"} 3\n")) << text;
   EXPECT_TRUE(Contains(text, "tessera_rpc_queued_requests{role=\"test\"} 0\n")) << text;
+}
+
+// The figure before " " on the line that starts with `key`, or -1.
+double Sample(const std::string& text, const std::string& key) {
+  const size_t at = text.find("\n" + key + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + key.size() + 2));
+}
+
+TEST(RpcServerMetricsTest, AScrapeWhileRequestsAreAnsweredCountsThemOnce) {
+  RpcServerOptions options;
+  options.worker_threads = 2;
+  auto server = RpcServer::Start(options, [](Message&&, Responder r) { r.ReplyOk(); });
+  ASSERT_TRUE(server.ok());
+  auto client = RpcClient::Create();
+  ASSERT_TRUE(client.ok());
+  auto peer = (*client)->Connect((*server)->endpoint());
+  ASSERT_TRUE(peer.ok());
+  std::atomic<bool> done{false};
+  std::thread load([&] {
+    while (!done.load()) {
+      std::vector<RpcFuture> calls;
+      for (int i = 0; i < 16; ++i) {
+        calls.push_back((*client)->Call(*peer, Message(Opcode::kHeartbeat), milliseconds(5000)));
+      }
+      for (RpcFuture& c : calls) (void)c.Wait();
+    }
+  });
+  int scrapes = 0;
+  const auto end = std::chrono::steady_clock::now() + milliseconds(1500);
+  while (std::chrono::steady_clock::now() < end) {
+    PrometheusText t;
+    (*server)->WriteMetrics(&t, {{"role", "test"}});
+    const std::string text = "\n" + t.Render();
+    const double requests = Sample(text, "tessera_rpc_requests_total{role=\"test\",op=\"HEARTBEAT\"}");
+    if (requests < 0) continue;  // none answered yet
+    ASSERT_EQ(requests, Sample(text, "tessera_rpc_latency_seconds_count{role=\"test\",op=\"HEARTBEAT\"}"))
+        << "scrape " << scrapes;
+    ++scrapes;
+  }
+  done = true;
+  load.join();
+  EXPECT_GT(scrapes, 100);
 }
 
 }  // namespace

@@ -120,19 +120,25 @@ void LatencyHistogram::Observe(double seconds) {
   count_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void LatencyHistogram::Write(PrometheusText* out, std::string_view name, std::string_view help,
-                             const MetricLabels& labels) const {
+LatencyHistogram::Snapshot LatencyHistogram::Read() const {
   // Read the buckets first and count from them, so that the +Inf bucket and
   // _count agree even while requests are observed.
-  std::vector<uint64_t> cumulative;
+  Snapshot s;
   uint64_t running = 0;
   for (size_t i = 0; i < kBounds.size(); ++i) {
     running += buckets_[i].load(std::memory_order_relaxed);
-    cumulative.push_back(running);
+    s.cumulative.push_back(running);
   }
   running += buckets_[kBounds.size()].load(std::memory_order_relaxed);
-  out->Histogram(name, help, labels, std::vector<double>(kBounds.begin(), kBounds.end()), cumulative,
-                 sum_.load(std::memory_order_relaxed), running);
+  s.sum = sum_.load(std::memory_order_relaxed);
+  s.count = running;
+  return s;
+}
+
+void LatencyHistogram::Write(PrometheusText* out, std::string_view name, std::string_view help,
+                             const MetricLabels& labels, const Snapshot& snapshot) {
+  out->Histogram(name, help, labels, std::vector<double>(kBounds.begin(), kBounds.end()), snapshot.cumulative,
+                 snapshot.sum, snapshot.count);
 }
 
 void MetricsRegistry::Add(Collector collector) {

@@ -60,7 +60,21 @@ class LatencyHistogram {
   static constexpr std::array<double, 12> kBounds = {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,
                                                       1e-2, 2.5e-2, 5e-2, 0.1,   1.0,    10.0};
   void Observe(double seconds);
-  void Write(PrometheusText* out, std::string_view name, std::string_view help, const MetricLabels& labels) const;
+  // Its figures at one moment: cumulative buckets (bounds, then +Inf: the
+  // count), sum and count, read so that +Inf and the count agree.
+  struct Snapshot {
+    std::vector<uint64_t> cumulative;
+    double sum = 0;
+    uint64_t count = 0;
+  };
+  Snapshot Read() const;
+  void Write(PrometheusText* out, std::string_view name, std::string_view help, const MetricLabels& labels) const {
+    Write(out, name, help, labels, Read());
+  }
+  // A snapshot's figures: a family that must agree with the histogram (a
+  // count of requests) is written from the same snapshot.
+  static void Write(PrometheusText* out, std::string_view name, std::string_view help, const MetricLabels& labels,
+                    const Snapshot& snapshot);
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
 
  private:

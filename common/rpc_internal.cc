@@ -42,7 +42,6 @@ void ReplySink::Record(const Header& request, size_t request_bytes, const Messag
                        std::chrono::steady_clock::time_point received) {
   const size_t slot = static_cast<size_t>(request.op);
   OpStats& s = ops[slot < kOpSlots ? slot : 0];
-  s.requests.fetch_add(1, std::memory_order_relaxed);
   if (reply.header.status != StatusCode::kOk) s.errors.fetch_add(1, std::memory_order_relaxed);
   s.bytes_in.fetch_add(request_bytes, std::memory_order_relaxed);
   s.bytes_out.fetch_add(MessageBytes(reply), std::memory_order_relaxed);

@@ -38,8 +38,11 @@ struct OutgoingReply {
 // What a server answered, per opcode, for its metrics (RpcServer::
 // WriteMetrics). Lock-free: recorded by whichever thread replies.
 struct OpStats {
-  std::atomic<uint64_t> requests{0}, errors{0}, bytes_in{0}, bytes_out{0};
-  LatencyHistogram latency;  // from the request's arrival to its reply
+  std::atomic<uint64_t> errors{0}, bytes_in{0}, bytes_out{0};
+  // From the request's arrival to its reply. Its count is the requests
+  // answered: one figure, so that a scrape's requests_total and
+  // latency_seconds_count agree while requests are recorded.
+  LatencyHistogram latency;
 };
 constexpr size_t kOpSlots = 64;  // every Opcode's value is below this
 

@@ -136,19 +136,20 @@ void RpcServer::Stop() {
 void RpcServer::WriteMetrics(PrometheusText* out, const MetricLabels& labels) const {
   for (size_t slot = 0; slot < rpc_internal::kOpSlots; ++slot) {
     const rpc_internal::OpStats& s = sink_->ops[slot];
-    if (s.requests.load(std::memory_order_relaxed) == 0) continue;
+    const LatencyHistogram::Snapshot latency = s.latency.Read();
+    if (latency.count == 0) continue;
     MetricLabels l = labels;
     l.emplace_back("op", OpcodeName(static_cast<Opcode>(slot)));
-    out->Counter("tessera_rpc_requests_total", "Requests answered, by opcode.", l,
-                 static_cast<double>(s.requests.load(std::memory_order_relaxed)));
+    out->Counter("tessera_rpc_requests_total", "Requests answered, by opcode.", l, static_cast<double>(latency.count));
     out->Counter("tessera_rpc_errors_total", "Requests answered with an error.", l,
                  static_cast<double>(s.errors.load(std::memory_order_relaxed)));
     out->Counter("tessera_rpc_received_bytes_total", "Request bytes received (header and frames).", l,
                  static_cast<double>(s.bytes_in.load(std::memory_order_relaxed)));
     out->Counter("tessera_rpc_sent_bytes_total", "Reply bytes sent (header and frames).", l,
                  static_cast<double>(s.bytes_out.load(std::memory_order_relaxed)));
-    s.latency.Write(out, "tessera_rpc_latency_seconds",
-                    "From a request's arrival to its reply (a deferred sync lookup waits for the step).", l);
+    LatencyHistogram::Write(out, "tessera_rpc_latency_seconds",
+                            "From a request's arrival to its reply (a deferred sync lookup waits for the step).", l,
+                            latency);
   }
   size_t waiting = 0, replies = 0;
   {
