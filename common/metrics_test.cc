@@ -130,7 +130,7 @@ TEST(RpcServerMetricsTest, CountsRequestsErrorsAndBytesPerOpcode) {
   EXPECT_TRUE(Contains(text, "tessera_rpc_queued_requests{role=\"test\"} 0\n")) << text;
 }
 
-// The figure before " " on the line that starts with `key`, or -1.
+// The figure after `key` and a space, on the line that starts with it; or -1.
 double Sample(const std::string& text, const std::string& key) {
   const size_t at = text.find("\n" + key + " ");
   return at == std::string::npos ? -1 : std::stod(text.substr(at + key.size() + 2));

@@ -117,7 +117,6 @@ void LatencyHistogram::Observe(double seconds) {
   while (i < kBounds.size() && seconds > kBounds[i]) ++i;
   buckets_[i].fetch_add(1, std::memory_order_relaxed);
   sum_.fetch_add(seconds, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
 }
 
 LatencyHistogram::Snapshot LatencyHistogram::Read() const {

@@ -75,12 +75,10 @@ class LatencyHistogram {
   // count of requests) is written from the same snapshot.
   static void Write(PrometheusText* out, std::string_view name, std::string_view help, const MetricLabels& labels,
                     const Snapshot& snapshot);
-  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
 
  private:
   std::array<std::atomic<uint64_t>, kBounds.size() + 1> buckets_{};  // last: above every bound
-  std::atomic<double> sum_{0.0};
-  std::atomic<uint64_t> count_{0};
+  std::atomic<double> sum_{0.0};  // the count is the buckets' sum (Read)
 };
 
 // A role's collectors. Thread-safe.

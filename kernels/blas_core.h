@@ -26,14 +26,16 @@ CpuVectorFeatures DetectCpuVectorFeatures();
 // OpenBLAS's fallback for a CPU it does not know ("Prescott") is replaced,
 // by the best core `cpu` runs; a core OpenBLAS chose knowingly is kept.
 std::string BetterBlasCore(const std::string& chosen, const CpuVectorFeatures& cpu);
+// BetterBlasCore for this process's OpenBLAS on this CPU.
+std::string BetterBlasCoreHere();
 
 // The core OpenBLAS runs in this process ("Prescott", "SkylakeX", ...).
 std::string BlasCoreName();
 
 // Call first in main(), before any thread starts. Where OpenBLAS fell back
 // and OPENBLAS_CORETYPE is not set, runs this program again (the same pid
-// and arguments, the binary /proc/self/exe names) with OPENBLAS_CORETYPE set to the better
-// core; it does not return then. Otherwise returns a line for the log once
+// and arguments, the binary /proc/self/exe names) with OPENBLAS_CORETYPE
+// set to the better core; it does not return then. Otherwise returns a line for the log once
 // logging is up: what was chosen and why, or "" where there is nothing to
 // say (or why it could not run itself again).
 std::string RunOnBetterBlasCore(char** argv);

@@ -44,6 +44,8 @@ std::string BlasCoreName() {
   return name == nullptr ? std::string() : std::string(name);
 }
 
+std::string BetterBlasCoreHere() { return BetterBlasCore(BlasCoreName(), DetectCpuVectorFeatures()); }
+
 std::string RunOnBetterBlasCore(char** argv) {
   const std::string chosen = BlasCoreName();
   if (const char* from = std::getenv(kFellBackFrom)) {
@@ -55,7 +57,7 @@ std::string RunOnBetterBlasCore(char** argv) {
     return note;
   }
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return "";
-  const std::string better = BetterBlasCore(chosen, DetectCpuVectorFeatures());
+  const std::string better = BetterBlasCoreHere();
   if (better.empty()) return "";
   if (setenv("OPENBLAS_CORETYPE", better.c_str(), 1) != 0 || setenv(kFellBackFrom, chosen.c_str(), 1) != 0) {
     return std::string("OpenBLAS runs its generic ") + chosen +

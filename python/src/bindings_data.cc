@@ -158,8 +158,7 @@ void BindData(py::module_& m) {
   m.def("blas_core", &kernels::BlasCoreName,
         "The kernels (core) this process's OpenBLAS runs, the one Debian's torch runs its matrix products on");
   m.def(
-      "better_blas_core",
-      [] { return kernels::BetterBlasCore(kernels::BlasCoreName(), kernels::DetectCpuVectorFeatures()); },
+      "better_blas_core", &kernels::BetterBlasCoreHere,
       "Where OpenBLAS fell back to its generic kernels on a CPU it does not know: the core OPENBLAS_CORETYPE "
       "should name before Python starts (the C++ trainer sets it for itself); else \"\"");
   m.def(
