@@ -5,6 +5,7 @@
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -34,12 +35,11 @@ class FaultFs {
       if (s.ok()) *r = std::make_unique<File>(std::move(file), this);
       return s;
     }
-    // Unknown free space keeps RocksDB from starting its own recovery thread
-    // after a NoSpace error (it retries every 5 s); the store's Resume() then
-    // recovers at once, which keeps tests fast.
-    rocksdb::IOStatus GetFreeSpace(const std::string&, const rocksdb::IOOptions&, uint64_t*,
+    // What is left of the allowance, as a full disk's statvfs would say.
+    rocksdb::IOStatus GetFreeSpace(const std::string&, const rocksdb::IOOptions&, uint64_t* free,
                                    rocksdb::IODebugContext*) override {
-      return rocksdb::IOStatus::NotSupported("free space unknown");
+      *free = static_cast<uint64_t>(std::max<int64_t>(0, left.load()));
+      return rocksdb::IOStatus::OK();
     }
     // Takes n bytes of the allowance, or none and false.
     bool Take(size_t n) {

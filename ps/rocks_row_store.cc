@@ -6,6 +6,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/memtablerep.h>
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
@@ -89,6 +90,18 @@ void DecodeRowValue(const char* value, int width, float* row) {
 
 namespace {
 
+// RocksDB 7.8 recovers from some background errors by itself, on a thread of
+// its own, while the store calls Resume() when a write needs it: the two
+// raced, and about one disk-full episode in four left a memtable that no flush
+// was ever scheduled for again, so the store's Resume() waited for it forever
+// (a stuck write-back thread). The store is the only one to resume.
+class ResumedByTheStore : public rocksdb::EventListener {
+ public:
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status, bool* auto_recovery) override {
+    *auto_recovery = false;
+  }
+};
+
 rocksdb::Options BaseOptions(rocksdb::Env* env) {
   rocksdb::Options o;
   if (env != nullptr) o.env = env;
@@ -109,6 +122,7 @@ rocksdb::Options BaseOptions(rocksdb::Env* env) {
   // overwrites it there instead of adding a version, so the memtable fills
   // (and is sorted into an SST) less often.
   o.inplace_update_support = true;
+  o.listeners.push_back(std::make_shared<ResumedByTheStore>());
   return o;
 }
 
@@ -306,13 +320,35 @@ StatusOr<int64_t> RowDb::CountRows() {
 
 Status RowDb::ResumeAfterError() {
   if (!needs_resume_.load()) return Status::OK();
+  // Resume() flushes the memtables; on a disk still full that flush can only
+  // fail. Where the file system says how much room it has, wait for enough.
+  uint64_t free_bytes = 0;
+  if (db_->GetEnv()->GetFreeSpace(path_, &free_bytes).ok()) {
+    uint64_t unflushed = 0;
+    if (!db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &unflushed)) unflushed = 0;
+    // Beyond the rows: the SST's index and filter blocks, a manifest edit.
+    constexpr uint64_t kMarginBytes = 1 << 20;
+    const uint64_t need = unflushed + kMarginBytes;
+    if (free_bytes < need) {
+      return Status::ResourceExhausted("resuming writes to " + path_ + " after an error: the disk has " +
+                                       std::to_string(free_bytes) + " bytes free, " + std::to_string(need) +
+                                       " needed to write the unflushed rows");
+    }
+  }
+  // A flush or compaction that began on the full disk may still be failing.
+  // Its error, landing while Resume() flushes, failed that flush, and RocksDB
+  // 7.8 may never schedule such a memtable again: the next Resume() waited
+  // for it forever. Let such jobs end first (this makes that rare; a flush
+  // failed outside a Resume() can still be left unscheduled).
+  TESSERA_RETURN_IF_ERROR(FromRocks(db_->PauseBackgroundWork(), "pausing background work of " + path_));
+  TESSERA_RETURN_IF_ERROR(FromRocks(db_->ContinueBackgroundWork(), "continuing background work of " + path_));
   const rocksdb::Status s = db_->Resume();
   if (s.ok()) {
     needs_resume_ = false;
     return Status::OK();
   }
-  // Busy: RocksDB's own recovery is at work (out of space: it polls for free
-  // space every few seconds); the write itself says whether it has finished.
+  // Busy: a recovery is already at work; the write itself says whether it
+  // has finished.
   if (s.IsBusy()) return Status::OK();
   return FromRocks(s, "resuming writes to " + path_ + " after an error");
 }
