@@ -21,6 +21,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 namespace tessera {
@@ -90,12 +91,11 @@ void DecodeRowValue(const char* value, int width, float* row) {
 
 namespace {
 
-// RocksDB 7.8 recovers from some background errors by itself, on a thread of
-// its own, while the store calls Resume() when a write needs it: the two
-// raced, and about one disk-full episode in four left a memtable that no flush
-// was ever scheduled for again, so the store's Resume() waited for it forever
-// (a stuck write-back thread). The store is the only one to resume.
-class ResumedByTheStore : public rocksdb::EventListener {
+// RocksDB recovers from some background errors by itself, on a thread of its
+// own; the store recovers instead (RowDb::Recover), when a write needs it and
+// the disk has room. Its recovery thread would race that and keep the
+// database busy while the store closes it.
+class RecoveredByTheStore : public rocksdb::EventListener {
  public:
   void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status, bool* auto_recovery) override {
     *auto_recovery = false;
@@ -122,7 +122,7 @@ rocksdb::Options BaseOptions(rocksdb::Env* env) {
   // overwrites it there instead of adding a version, so the memtable fills
   // (and is sorted into an SST) less often.
   o.inplace_update_support = true;
-  o.listeners.push_back(std::make_shared<ResumedByTheStore>());
+  o.listeners.push_back(std::make_shared<RecoveredByTheStore>());
   return o;
 }
 
@@ -163,6 +163,10 @@ StatusOr<std::unique_ptr<RowDb>> RowDb::Open(const RowDbOptions& options, int ro
   // Rows are read from mmapped SSTs: no read() call per block (a third less
   // time per lookup in a RocksDB micro-benchmark of 512-byte rows).
   o.allow_mmap_reads = true;
+  // RocksDB's own flush at close waits for the memtables' flush, which can
+  // wait forever after a write error (see Recover): the destructor flushes
+  // instead, when the database is healthy.
+  o.avoid_flush_during_shutdown = true;
   db->write_ahead_log_ = options.write_ahead_log;
   db->destroy_on_close_ = options.destroy_on_close;
 
@@ -184,6 +188,8 @@ StatusOr<std::unique_ptr<RowDb>> RowDb::Open(const RowDbOptions& options, int ro
   rocksdb::DB* raw = nullptr;
   TESSERA_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(o, options.path, &raw), "opening row db " + options.path));
   db->db_.reset(raw);
+  o.create_if_missing = false;
+  db->options_ = std::make_unique<rocksdb::Options>(o);
   return db;
 }
 
@@ -197,8 +203,24 @@ StatusOr<std::unique_ptr<RowDb>> RowDb::OpenReadOnly(const std::string& path, ro
 }
 
 RowDb::~RowDb() {
-  if (db_ == nullptr) return;
-  // Without a WAL the memtable is flushed at close by RocksDB itself; say so if that fails.
+  if (db_ == nullptr) {
+    if (!carried_.empty()) {
+      LOG(ERROR) << "row db " << path_ << " closes with " << carried_.size()
+                 << " rows never written back (it could not be reopened after a write error)";
+    }
+    return;
+  }
+  if (row_width_ > 0 && !destroy_on_close_) {
+    // Without a WAL the rows written since the last flush are only in the
+    // memtables. After a write error that flush could wait forever; a
+    // restarted server restores from its checkpoint, not from this database.
+    if (needs_resume_.load()) {
+      LOG(WARNING) << "row db " << path_ << " closes after a write error: rows written since its last flush are not kept";
+    } else {
+      rocksdb::Status f = db_->Flush(rocksdb::FlushOptions());
+      if (!f.ok()) LOG(ERROR) << FromRocks(f, "flushing row db " + path_ + " at close");
+    }
+  }
   rocksdb::Status s = db_->Close();
   if (!s.ok() && !s.IsAborted()) LOG(ERROR) << FromRocks(s, "closing row db " + path_);
   if (destroy_on_close_) {
@@ -221,6 +243,8 @@ Status RowDb::Get(std::span<const int64_t> ids, float* rows, uint8_t* found) {
   }
   std::vector<rocksdb::PinnableSlice> values(n);
   std::vector<rocksdb::Status> statuses(n);
+  std::shared_lock lock(mu_);
+  if (db_ == nullptr) return Status::Unavailable("row db " + path_ + " is closed: reopening it after a write error failed");
   db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, keys.data(), values.data(), statuses.data());
   const size_t row_bytes = sizeof(float) * row_width_;
   int64_t bytes = 0, rows_found = 0;
@@ -237,6 +261,15 @@ Status RowDb::Get(std::span<const int64_t> ids, float* rows, uint8_t* found) {
     ++rows_found;
     bytes += static_cast<int64_t>(row_bytes);
   }
+  if (!carried_.empty()) {
+    for (size_t i = 0; i < n; ++i) {
+      auto it = carried_.find(std::string(keys[i].data(), kRowKeyBytes));
+      if (it == carried_.end()) continue;
+      DecodeRowValue(it->second.data(), row_width_, rows + i * row_width_);
+      if (!found[i]) ++rows_found;
+      found[i] = 1;
+    }
+  }
   // Rows read are rows found: a lookup of an absent row reads none (the
   // rocksdb tier's misses count those).
   rows_read_.fetch_add(rows_found, std::memory_order_relaxed);
@@ -247,7 +280,7 @@ Status RowDb::Get(std::span<const int64_t> ids, float* rows, uint8_t* found) {
 Status RowDb::Put(std::span<const int64_t> ids, const float* const* rows) {
   if (row_width_ == 0) return Status::FailedPrecondition("row db " + path_ + " is open read-only");
   if (ids.empty()) return Status::OK();
-  TESSERA_RETURN_IF_ERROR(ResumeAfterError());
+  TESSERA_RETURN_IF_ERROR(Recover());
   const size_t row_bytes = sizeof(float) * row_width_;
   // In key order: the memtable's skip list then inserts each key next to the
   // last one instead of searching from the top (several times faster).
@@ -266,6 +299,11 @@ Status RowDb::Put(std::span<const int64_t> ids, const float* const* rows) {
   }
   rocksdb::WriteOptions wo;
   wo.disableWAL = !write_ahead_log_;
+  std::shared_lock lock(mu_);
+  if (db_ == nullptr || needs_resume_.load()) {
+    return Status::ResourceExhausted("writing " + std::to_string(ids.size()) + " rows to " + path_ +
+                                     ": it is recovering from a write error");
+  }
   rocksdb::Status s = db_->Write(wo, &batch);
   if (!s.ok()) {
     needs_resume_ = true;
@@ -288,6 +326,10 @@ Status RowDb::Scan(int64_t begin, int64_t end,
   ro.iterate_upper_bound = &upper;
   ro.fill_cache = false;  // a scan would flush the working set out of the block cache
   ro.total_order_seek = true;  // across keys, not within one "prefix"
+  std::shared_lock lock(mu_);
+  if (db_ == nullptr || !carried_.empty()) {
+    return Status::Unavailable("scanning row db " + path_ + ": it is recovering from a write error");
+  }
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   std::vector<float> row;
   for (it->Seek(rocksdb::Slice(lo, kRowKeyBytes)); it->Valid(); it->Next()) {
@@ -311,6 +353,8 @@ StatusOr<int64_t> RowDb::CountRows() {
   rocksdb::ReadOptions ro;
   ro.fill_cache = false;
   ro.total_order_seek = true;
+  std::shared_lock lock(mu_);
+  if (db_ == nullptr) return Status::Unavailable("counting rows of " + path_ + ": it is closed");
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   int64_t n = 0;
   for (it->SeekToFirst(); it->Valid(); it->Next()) ++n;
@@ -318,49 +362,85 @@ StatusOr<int64_t> RowDb::CountRows() {
   return n;
 }
 
-Status RowDb::ResumeAfterError() {
+// Why not DB::Resume(): RocksDB 7.8's Resume() flushes the memtables and waits
+// for that flush, and a memtable whose flush failed on the full disk can be
+// left where no flush is ever scheduled for it again; Resume() then waits
+// forever (a stuck write-back thread: 1 disk-full episode in about 25 in
+// write_back_buffer_test, even with RocksDB's own recovery off). Closing the
+// database waits for no flush. So: take the memtables' rows out, close, open
+// again, write them back. Without a WAL those rows exist nowhere else.
+Status RowDb::Recover() {
   if (!needs_resume_.load()) return Status::OK();
-  // Resume() flushes the memtables; on a disk still full that flush can only
-  // fail. Where the file system says how much room it has, wait for enough.
+  std::unique_lock lock(mu_);
+  if (!needs_resume_.load()) return Status::OK();  // another thread recovered it
+  // Writing the rows back needs room; where the file system can say, wait for it.
   uint64_t free_bytes = 0;
-  if (db_->GetEnv()->GetFreeSpace(path_, &free_bytes).ok()) {
+  if (options_->env->GetFreeSpace(path_, &free_bytes).ok()) {
     uint64_t unflushed = 0;
-    if (!db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &unflushed)) unflushed = 0;
-    // Beyond the rows: the SST's index and filter blocks, a manifest edit.
+    if (db_ == nullptr || !db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &unflushed)) unflushed = 0;
+    // Beyond the rows: an SST's index and filter blocks, a new manifest.
     constexpr uint64_t kMarginBytes = 1 << 20;
     const uint64_t need = unflushed + kMarginBytes;
     if (free_bytes < need) {
-      return Status::ResourceExhausted("resuming writes to " + path_ + " after an error: the disk has " +
+      return Status::ResourceExhausted("recovering " + path_ + " from a write error: the disk has " +
                                        std::to_string(free_bytes) + " bytes free, " + std::to_string(need) +
                                        " needed to write the unflushed rows");
     }
   }
-  // A flush or compaction that began on the full disk may still be failing.
-  // Its error, landing while Resume() flushes, failed that flush, and RocksDB
-  // 7.8 may never schedule such a memtable again: the next Resume() waited
-  // for it forever. Let such jobs end first (this makes that rare; a flush
-  // failed outside a Resume() can still be left unscheduled).
-  TESSERA_RETURN_IF_ERROR(FromRocks(db_->PauseBackgroundWork(), "pausing background work of " + path_));
-  TESSERA_RETURN_IF_ERROR(FromRocks(db_->ContinueBackgroundWork(), "continuing background work of " + path_));
-  const rocksdb::Status s = db_->Resume();
-  if (s.ok()) {
-    needs_resume_ = false;
-    return Status::OK();
+  return ReopenLocked();
+}
+
+Status RowDb::ReopenLocked() {
+  if (db_ != nullptr) {
+    rocksdb::ReadOptions ro;
+    ro.read_tier = rocksdb::kMemtableTier;  // the memtables' rows only: the SSTs stay
+    ro.total_order_seek = true;
+    ro.fill_cache = false;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+    std::map<std::string, std::string> taken;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) taken.emplace(it->key().ToString(), it->value().ToString());
+    TESSERA_RETURN_IF_ERROR(FromRocks(it->status(), "reading the unflushed rows of " + path_));
+    it.reset();
+    // Taken before this reopen and not yet written back: older than these.
+    taken.merge(carried_);
+    carried_ = std::move(taken);
+    // Close reports the write error that stopped the database; nothing to add.
+    db_->Close().PermitUncheckedError();
+    db_.reset();
   }
-  // Busy: a recovery is already at work; the write itself says whether it
-  // has finished.
-  if (s.IsBusy()) return Status::OK();
-  return FromRocks(s, "resuming writes to " + path_ + " after an error");
+  rocksdb::DB* raw = nullptr;
+  TESSERA_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(*options_, path_, &raw), "reopening row db " + path_));
+  db_.reset(raw);
+  if (!carried_.empty()) {
+    rocksdb::WriteBatch batch;
+    for (const auto& [key, value] : carried_) {
+      TESSERA_RETURN_IF_ERROR(FromRocks(batch.Put(key, value), "batching the unflushed rows of " + path_));
+    }
+    rocksdb::WriteOptions wo;
+    wo.disableWAL = !write_ahead_log_;
+    TESSERA_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "writing back the unflushed rows of " + path_));
+  }
+  LOG(WARNING) << "row db " << path_ << " reopened after a write error; " << carried_.size()
+               << " unflushed rows carried over";
+  carried_.clear();
+  needs_resume_ = false;
+  return Status::OK();
 }
 
 Status RowDb::Flush() {
-  TESSERA_RETURN_IF_ERROR(ResumeAfterError());
+  TESSERA_RETURN_IF_ERROR(Recover());
+  std::shared_lock lock(mu_);
+  if (db_ == nullptr || needs_resume_.load()) return Status::ResourceExhausted("flushing row db " + path_ + ": it is recovering from a write error");
   rocksdb::Status s = db_->Flush(rocksdb::FlushOptions());
   if (!s.ok()) needs_resume_ = true;
   return FromRocks(s, "flushing row db " + path_);
 }
 
 Status RowDb::Checkpoint(const std::string& dir) {
+  // A checkpoint flushes the memtables first: a stopped database must recover.
+  TESSERA_RETURN_IF_ERROR(Recover());
+  std::shared_lock lock(mu_);
+  if (db_ == nullptr || needs_resume_.load()) return Status::ResourceExhausted("checkpointing " + path_ + ": it is recovering from a write error");
   rocksdb::Checkpoint* raw = nullptr;
   TESSERA_RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "checkpointing " + path_));
   std::unique_ptr<rocksdb::Checkpoint> cp(raw);
@@ -374,6 +454,7 @@ void RowDb::AddTraffic(RowStoreStats* stats) const {
   stats->rocksdb_rows_written += rows_written_.load(std::memory_order_relaxed);
   stats->rocksdb_bytes_written += bytes_written_.load(std::memory_order_relaxed);
   std::map<std::string, std::string> cf;
+  std::shared_lock lock(mu_);
   if (db_ && db_->GetMapProperty(rocksdb::DB::Properties::kCFStats, &cf)) {
     for (const char* key : {"io_stalls.total_stop", "io_stalls.total_slowdown"}) {
       auto it = cf.find(key);

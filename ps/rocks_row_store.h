@@ -13,7 +13,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,6 +29,7 @@ class Cache;
 class DB;
 class Env;
 class Status;
+struct Options;
 }  // namespace rocksdb
 
 namespace tessera {
@@ -77,7 +80,8 @@ struct RowDbOptions {
   bool destroy_on_close = false;
 };
 
-// A RocksDB database of rows of one width. Thread-safe (RocksDB is): any
+// A RocksDB database of rows of one width. Thread-safe (RocksDB is, and a
+// recovery after a write error holds the database alone): any
 // method may run concurrently with any other. A row is read or written whole.
 class RowDb {
  public:
@@ -112,17 +116,27 @@ class RowDb {
 
  private:
   RowDb(std::string path, int row_width);
-  Status ResumeAfterError();
+  // After a failed write: reopens the database, so that writes work again
+  // once the disk has room (see the .cc for why not DB::Resume).
+  Status Recover();
+  Status ReopenLocked();
 
   const std::string path_;
   const int row_width_;  // 0 when opened read-only: any width
   bool write_ahead_log_ = false;
   bool destroy_on_close_ = false;
   std::shared_ptr<rocksdb::Cache> cache_;
-  std::unique_ptr<rocksdb::DB> db_;
-  // After a failed write RocksDB refuses writes until resumed; the next Put
-  // resumes it first, so a cleared fault (disk space freed) heals.
+  std::unique_ptr<rocksdb::Options> options_;  // as opened; a recovery reopens with them
+  // Shared by every use of db_, exclusive while a recovery closes and reopens it.
+  mutable std::shared_mutex mu_;
+  std::unique_ptr<rocksdb::DB> db_;  // null only after a failed reopen
+  // After a failed write RocksDB refuses writes; the next Put or Flush
+  // recovers first, so a cleared fault (disk space freed) heals.
   std::atomic<bool> needs_resume_{false};
+  // Rows taken out of the memtables of a database being reopened (encoded
+  // key -> value), kept until they are written to the reopened one. They are
+  // the newest versions of their rows: Get reads them first.
+  std::map<std::string, std::string> carried_;
   std::atomic<int64_t> rows_read_{0}, bytes_read_{0}, rows_written_{0}, bytes_written_{0};
 };
 

@@ -10,14 +10,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <random>
-#include <thread>
 
 #include "ps/rocks_fault_injection.h"
 #include "ps/row_store_stats.h"
@@ -33,6 +31,19 @@ void TestInit(int64_t id, float* row) {
 
 class RocksRowStoreTest : public ::testing::Test {
  protected:
+  // Every row of `want` is in db with its first float equal to the value.
+  static void ExpectRows(RowDb& db, const std::map<int64_t, float>& want) {
+    std::vector<int64_t> ids;
+    for (const auto& [id, v] : want) ids.push_back(id);
+    std::vector<float> got(ids.size() * kWidth);
+    std::vector<uint8_t> found(ids.size());
+    ASSERT_TRUE(db.Get(ids, got.data(), found.data()).ok());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ASSERT_TRUE(found[i]) << "row " << ids[i] << " was acknowledged and is gone";
+      ASSERT_EQ(got[i * kWidth], want.at(ids[i])) << "row " << ids[i];
+    }
+  }
+
   void SetUp() override {
     std::string tmpl = ::testing::TempDir() + "rocks_row_store_test.XXXXXX";
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
@@ -301,13 +312,14 @@ TEST_F(RocksRowStoreTest, FullDiskWithoutWalFailsTheFlushAndLosesNothing) {
   EXPECT_EQ(FirstFloat(**again, 1999), 3.0f);
 }
 
-// A full disk as the write-back thread meets it (large sorted batches, no
-// WAL, RocksDB's smallest memtable so that its background flush is what
-// fails): writes are refused with a clear error while the disk is full, with
-// no attempt to resume RocksDB, and accepted again once there is room, every
-// acknowledged row kept. (Run with --gtest_repeat to look for the rare hang
-// inside RocksDB 7.8's Resume() that docs/operations.md describes.)
-TEST_F(RocksRowStoreTest, AFullDiskRefusesWritesWithoutResumingAndHealsOnceThereIsRoom) {
+// A disk that fills and frees again and again, as the write-back thread
+// meets it (large sorted batches, no WAL, RocksDB's smallest memtable so that
+// its background flush is what fails): while the disk is full, writes are
+// refused with a clear error and nothing is tried; once there is room they are
+// accepted again, and every acknowledged row is kept, those that were only in
+// the memtables included. Recovering through RocksDB's Resume() hung in about
+// one run in three of this test.
+TEST_F(RocksRowStoreTest, ADiskThatFillsAndFreesAgainAndAgainHealsEachTime) {
   FaultFs fault;
   RowDbOptions o;
   o.path = dir_ + "/db";
@@ -334,38 +346,29 @@ TEST_F(RocksRowStoreTest, AFullDiskRefusesWritesWithoutResumingAndHealsOnceThere
     }
     return s;
   };
-  for (int episode = 0; episode < 2; ++episode) {
+  for (int episode = 0; episode < 8; ++episode) {
     SCOPED_TRACE("episode " + std::to_string(episode));
     fault.SetBytesLeft(0);
     Status full;
     for (int batch = 0; batch < 1000 && full.ok(); ++batch) full = put(static_cast<float>(episode));
     ASSERT_FALSE(full.ok()) << "the memtable never needed the disk";
     EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full;
-    // While the disk is full the store does not try to resume RocksDB.
+    // While the disk is full the store does not try to recover.
     Status refused = put(static_cast<float>(episode));
     EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused;
     EXPECT_NE(refused.message().find("bytes free"), std::string::npos) << refused;
+    ASSERT_NO_FATAL_FAILURE(ExpectRows(**db, acknowledged));  // still served
     fault.SetBytesLeft(std::numeric_limits<int64_t>::max());
-    // A resume can still meet the error of a flush that began before the
-    // room came back (its MANIFEST write, say) and fail once: writes are
-    // retried, as the write-back buffer does, for at most 10 s.
     Status healed = put(static_cast<float>(episode));
-    for (int retry = 0; retry < 100 && !healed.ok(); ++retry) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      healed = put(static_cast<float>(episode));
-    }
     ASSERT_TRUE(healed.ok()) << healed;
     ASSERT_TRUE((*db)->Flush().ok());
   }
-  std::vector<int64_t> all;
-  for (const auto& [id, v] : acknowledged) all.push_back(id);
-  std::vector<float> got(all.size() * kWidth);
-  std::vector<uint8_t> found(all.size());
-  ASSERT_TRUE((*db)->Get(all, got.data(), found.data()).ok());
-  for (size_t i = 0; i < all.size(); ++i) {
-    ASSERT_TRUE(found[i]) << "row " << all[i] << " was acknowledged and is gone";
-    ASSERT_EQ(got[i * kWidth], acknowledged[all[i]]) << "row " << all[i];
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectRows(**db, acknowledged));
+  db->reset();
+  o.mode = RowDbOpenMode::kOpenExisting;
+  auto again = RowDb::Open(o, kWidth);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_NO_FATAL_FAILURE(ExpectRows(**again, acknowledged));
 }
 
 TEST_F(RocksRowStoreTest, MalformedRowIsDataLoss) {

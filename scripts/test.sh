@@ -84,15 +84,9 @@ if echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned lo
 fi
 rm -rf "$probe"
 SAN_OPTS=(env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1)
-# The unit tests of a sanitizer build. ps_write_back_buffer_test runs apart,
-# up to 3 times: its disk-full case can hang inside RocksDB 7.8's
-# DB::Resume (WaitForFlushMemTables: a memtable whose flush failed on the
-# full disk is never scheduled again). The store's mitigations made it rare
-# (0 of 80 runs, from 1 in 4), not impossible: a known defect of the tiered
-# store (docs/operations.md), not hidden: every failed try prints its output.
+# The unit tests of a sanitizer build.
 san_unit_tests() {
-  (cd "$1" && "${SAN_OPTS[@]}" ctest --output-on-failure -j"$JOBS" -L unit -E '^ps_write_back_buffer_test$')
-  (cd "$1" && "${SAN_OPTS[@]}" ctest --output-on-failure -R '^ps_write_back_buffer_test$' --repeat until-pass:3)
+  (cd "$1" && "${SAN_OPTS[@]}" ctest --output-on-failure -j"$JOBS" -L unit)
 }
 # Integration tests whose processes (master, servers, trainers) are the
 # sanitizer build's: a server's memory error under real traffic, kill -9,
