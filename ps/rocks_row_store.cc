@@ -371,6 +371,7 @@ StatusOr<int64_t> RowDb::CountRows() {
 // again, write them back. Without a WAL those rows exist nowhere else.
 Status RowDb::Recover() {
   if (!needs_resume_.load()) return Status::OK();
+  if (options_ == nullptr) return Status::FailedPrecondition("row db " + path_ + " is open read-only: nothing to recover");
   std::unique_lock lock(mu_);
   if (!needs_resume_.load()) return Status::OK();  // another thread recovered it
   // Writing the rows back needs room; where the file system can say, wait for it.
