@@ -34,6 +34,9 @@ DEFINE_int64(memory_bytes, -1,
              "machine's memory, or no limit with --rocksdb_path)");
 DEFINE_string(rocksdb_path, "", "Keep rows that do not fit in --host_bytes in RocksDB under this folder");
 DEFINE_int64(host_bytes, int64_t{1} << 30, "With --rocksdb_path: host memory for rows (split among shards by size)");
+DEFINE_int64(rocksdb_reserved_bytes, int64_t{64} << 20,
+             "With --rocksdb_path: room to leave free on its disk; writes of rows to RocksDB stop short of it "
+             "(the rows stay in memory) and resume once there is room");
 DEFINE_int64(write_back_bytes, int64_t{32} << 20,
              "With --rocksdb_path: buffer for dirty rows on their way to RocksDB, written in id order by a thread "
              "of its own (split among shards by size; twice this at most; 0: written at eviction)");
@@ -112,6 +115,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   options.storage.write_back_bytes = FLAGS_write_back_bytes;
+  if (FLAGS_rocksdb_reserved_bytes < 0) {
+    LOG(ERROR) << "parameter server failed to start: --rocksdb_reserved_bytes " << FLAGS_rocksdb_reserved_bytes
+               << " is negative";
+    return 1;
+  }
+  options.storage.rocksdb_reserved_bytes = FLAGS_rocksdb_reserved_bytes;
   // After the storage options: a server over RocksDB has no default limit.
   options.memory_bytes = FLAGS_memory_bytes >= 0 ? FLAGS_memory_bytes : tessera::DefaultMemoryBudget(options.storage);
   if (!FLAGS_test_crash_on.empty()) {

@@ -123,6 +123,10 @@ rocksdb::Options BaseOptions(rocksdb::Env* env) {
   // (and is sorted into an SST) less often.
   o.inplace_update_support = true;
   o.listeners.push_back(std::make_shared<RecoveredByTheStore>());
+  // No preallocation: RocksDB sizes a WAL's at 1.1x the write buffer (70 MB
+  // by default) even with the WAL off, which on a nearly full disk failed
+  // and aborted the server as its shards were created.
+  o.allow_fallocate = false;
   return o;
 }
 
@@ -169,6 +173,7 @@ StatusOr<std::unique_ptr<RowDb>> RowDb::Open(const RowDbOptions& options, int ro
   o.avoid_flush_during_shutdown = true;
   db->write_ahead_log_ = options.write_ahead_log;
   db->destroy_on_close_ = options.destroy_on_close;
+  db->reserved_disk_bytes_ = options.reserved_disk_bytes;
 
   const bool exists = o.env->FileExists(options.path + "/CURRENT").ok();
   switch (options.mode) {
@@ -304,6 +309,9 @@ Status RowDb::Put(std::span<const int64_t> ids, const float* const* rows) {
     return Status::ResourceExhausted("writing " + std::to_string(ids.size()) + " rows to " + path_ +
                                      ": it is recovering from a write error");
   }
+  if (reserved_disk_bytes_ > 0) {
+    TESSERA_RETURN_IF_ERROR(CheckRoom("writing " + std::to_string(ids.size()) + " rows to " + path_, reserved_disk_bytes_));
+  }
   rocksdb::Status s = db_->Write(wo, &batch);
   if (!s.ok()) {
     needs_resume_ = true;
@@ -362,6 +370,21 @@ StatusOr<int64_t> RowDb::CountRows() {
   return n;
 }
 
+Status RowDb::CheckRoom(const std::string& what, uint64_t reserve) const {
+  if (options_ == nullptr || db_ == nullptr) return Status::OK();
+  uint64_t free_bytes = 0;
+  if (!options_->env->GetFreeSpace(path_, &free_bytes).ok()) return Status::OK();
+  uint64_t unflushed = 0;
+  if (!db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &unflushed)) unflushed = 0;
+  // Beyond the rows: an SST's index and filter blocks, a manifest edit.
+  constexpr uint64_t kMarginBytes = 1 << 20;
+  const uint64_t need = unflushed + kMarginBytes + reserve;
+  if (free_bytes >= need) return Status::OK();
+  return Status::ResourceExhausted(what + ": the disk has " + std::to_string(free_bytes) + " bytes free, " +
+                                   std::to_string(need) + " needed (the unflushed rows and " +
+                                   std::to_string(reserve) + " bytes kept free)");
+}
+
 // Why not DB::Resume(): RocksDB 7.8's Resume() flushes the memtables and waits
 // for that flush, and a memtable whose flush failed on the full disk can be
 // left where no flush is ever scheduled for it again; Resume() then waits
@@ -375,19 +398,7 @@ Status RowDb::Recover() {
   std::unique_lock lock(mu_);
   if (!needs_resume_.load()) return Status::OK();  // another thread recovered it
   // Writing the rows back needs room; where the file system can say, wait for it.
-  uint64_t free_bytes = 0;
-  if (options_->env->GetFreeSpace(path_, &free_bytes).ok()) {
-    uint64_t unflushed = 0;
-    if (db_ == nullptr || !db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &unflushed)) unflushed = 0;
-    // Beyond the rows: an SST's index and filter blocks, a new manifest.
-    constexpr uint64_t kMarginBytes = 1 << 20;
-    const uint64_t need = unflushed + kMarginBytes;
-    if (free_bytes < need) {
-      return Status::ResourceExhausted("recovering " + path_ + " from a write error: the disk has " +
-                                       std::to_string(free_bytes) + " bytes free, " + std::to_string(need) +
-                                       " needed to write the unflushed rows");
-    }
-  }
+  TESSERA_RETURN_IF_ERROR(CheckRoom("recovering " + path_ + " from a write error", reserved_disk_bytes_));
   return ReopenLocked();
 }
 
@@ -432,6 +443,7 @@ Status RowDb::Flush() {
   TESSERA_RETURN_IF_ERROR(Recover());
   std::shared_lock lock(mu_);
   if (db_ == nullptr || needs_resume_.load()) return Status::ResourceExhausted("flushing row db " + path_ + ": it is recovering from a write error");
+  if (reserved_disk_bytes_ > 0) TESSERA_RETURN_IF_ERROR(CheckRoom("flushing row db " + path_, reserved_disk_bytes_));
   rocksdb::Status s = db_->Flush(rocksdb::FlushOptions());
   if (!s.ok()) needs_resume_ = true;
   return FromRocks(s, "flushing row db " + path_);
@@ -442,6 +454,7 @@ Status RowDb::Checkpoint(const std::string& dir) {
   TESSERA_RETURN_IF_ERROR(Recover());
   std::shared_lock lock(mu_);
   if (db_ == nullptr || needs_resume_.load()) return Status::ResourceExhausted("checkpointing " + path_ + ": it is recovering from a write error");
+  if (reserved_disk_bytes_ > 0) TESSERA_RETURN_IF_ERROR(CheckRoom("checkpointing " + path_, reserved_disk_bytes_));
   rocksdb::Checkpoint* raw = nullptr;
   TESSERA_RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "checkpointing " + path_));
   std::unique_ptr<rocksdb::Checkpoint> cp(raw);

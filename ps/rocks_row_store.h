@@ -73,6 +73,13 @@ struct RowDbOptions {
   // such a batch fills front to back and which flushes without a sort.
   // Otherwise a hash memtable, for writes of a few rows anywhere.
   bool sorted_writes = false;
+  // Writes, flushes and checkpoints are refused (ResourceExhausted) while the
+  // disk has less than this much room beyond what the memtables will need
+  // when flushed: RocksDB 7.8 as Debian builds it aborts the process (an
+  // assert in WritableFileWriter) on some writes that fail for lack of
+  // space, so the store stops short of that. 0: RocksDB meets the full
+  // disk itself (tests of its error paths).
+  size_t reserved_disk_bytes = 64 << 20;
   // File system hook for tests (fault injection); nullptr: the default Env.
   // Not owned; must outlive the database.
   rocksdb::Env* env = nullptr;
@@ -120,11 +127,15 @@ class RowDb {
   // once the disk has room (see the .cc for why not DB::Resume).
   Status Recover();
   Status ReopenLocked();
+  // OK when the disk has room for the memtables and reserved_disk_bytes_,
+  // or when the file system cannot say; else ResourceExhausted for `what`.
+  Status CheckRoom(const std::string& what, uint64_t reserve) const;
 
   const std::string path_;
   const int row_width_;  // 0 when opened read-only: any width
   bool write_ahead_log_ = false;
   bool destroy_on_close_ = false;
+  uint64_t reserved_disk_bytes_ = 0;
   std::shared_ptr<rocksdb::Cache> cache_;
   std::unique_ptr<rocksdb::Options> options_;  // as opened; a recovery reopens with them
   // Shared by every use of db_, exclusive while a recovery closes and reopens it.

@@ -21,6 +21,9 @@ struct ShardStorageOptions {
   // or all of it if less; two buffers a shard at most) and reach RocksDB in id order from a thread
   // of their own (ps/write_back_buffer.h). 0: written to RocksDB at eviction.
   int64_t write_back_bytes = int64_t{32} << 20;
+  // Room the RocksDB tier leaves free on its disk: writes stop short of it
+  // (RowDbOptions::reserved_disk_bytes).
+  int64_t rocksdb_reserved_bytes = int64_t{64} << 20;
 
   // The GPU tier (ps/device_row_store.h) on CUDA device gpu_device (-1: no
   // GPU tier): gpu_bytes of device memory for the hottest rows, split among
