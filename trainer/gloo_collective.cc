@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <gloo/allreduce.h>
+#include <gloo/barrier.h>
 #include <gloo/math.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
@@ -161,6 +162,13 @@ StatusOr<std::unique_ptr<Collective>> NewGlooCollective(const GlooCollectiveOpti
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world);
     context->setTimeout(options.timeout);
     context->connectFullMesh(prefixed, device);
+    // A trainer with nothing left to train (a job resumed at its last step)
+    // leaves right after connecting, and a peer still connecting then fails
+    // with "Connection closed by peer" (integration_export_test, 1 run in 7
+    // under load). No one leaves until every rank is connected.
+    gloo::BarrierOptions connected(context);
+    connected.setTimeout(options.timeout);
+    gloo::barrier(connected);
     if (seal.has_value()) {
       LOG(INFO) << "trainer " << options.rank << ": the trainers' allreduce is sealed (" << seal->cipher_name()
                 << ", a key of this collective's own)";
