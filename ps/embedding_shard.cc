@@ -33,6 +33,8 @@ StatusOr<std::unique_ptr<EmbeddingShard>> EmbeddingShard::Create(const ShardSpec
   options.init = [self](int64_t id, float* row) { self->InitRow(id, row); };
   options.memory_share = memory_share;
   options.instance = store_instance;
+  options.id_begin = spec.row_offset;
+  options.id_end = spec.row_offset + spec.num_rows;
   if (factory) {
     TESSERA_ASSIGN_OR_RETURN(s->store_, factory(spec, options));
   } else {

@@ -61,12 +61,18 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
-  // No mallopt(M_MMAP_THRESHOLD): a fixed threshold makes every request
-  // buffer over it a fresh mmap, zeroed page by page and unmapped after the
-  // reply (a third of the server's CPU on W2). Row slabs come from
-  // ps/page_memory.h, so dropped shards return their rows at once; one
-  // malloc arena, so that ReturnFreedHeapMemory (malloc_trim) can return
-  // the rest too: it cannot shrink the heaps of per-thread arenas.
+  // Request and gradient buffers (a few MB) come from malloc's heap and are
+  // reused: were they over the mmap threshold, each would be a fresh mmap,
+  // zeroed page by page and unmapped after the reply (a third of the
+  // server's CPU on W2 at 128 KiB). malloc's own threshold starts at 128 KiB
+  // and rises only once a large mmapped block happens to be freed, so the
+  // server sets it where that rise would end (32 MiB; the heap is trimmed
+  // only past twice that). Row slabs come from ps/page_memory.h, so dropped
+  // shards return their rows at once; one malloc arena, so that
+  // ReturnFreedHeapMemory (malloc_trim) can return the rest too: it cannot
+  // shrink the heaps of per-thread arenas.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
   mallopt(M_ARENA_MAX, 1);
   // Taken from the start, whichever thread they reach (a library's threads
   // may predate main): they wait for the watcher below.

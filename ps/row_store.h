@@ -40,6 +40,11 @@ struct RowStoreOptions {
   // usual one; a store with files then names them by id and instance, and
   // removes them when it closes (nothing reopens them).
   std::string instance;
+  // The ids the store's shard holds, [id_begin, id_end) (both 0: not known).
+  // A store may index these directly instead of hashing them; ids outside
+  // the range are still accepted.
+  int64_t id_begin = 0;
+  int64_t id_end = 0;
 };
 
 class RowStore {

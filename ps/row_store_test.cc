@@ -361,6 +361,16 @@ INSTANTIATE_TEST_SUITE_P(
     Stores, RowStoreContract,
     ::testing::Values(
         StoreKind{"memory", [](const RowStoreOptions& o, const std::string&) { return NewMemoryRowStore(o); }, false},
+        // Ids of [0, 100000) through the direct index, the tests' larger
+        // ids through the hash map, side by side in one store.
+        StoreKind{"memory_direct_index",
+                  [](const RowStoreOptions& o, const std::string&) {
+                    RowStoreOptions ranged = o;
+                    ranged.id_begin = 0;
+                    ranged.id_end = 100000;
+                    return NewMemoryRowStore(ranged);
+                  },
+                  false},
         StoreKind{"rocksdb", OpenRocks, true},
         StoreKind{"tiered_lru",
                   [](const RowStoreOptions& o, const std::string& d) { return OpenTiered(o, d, EvictionPolicy::kLru); },
