@@ -219,7 +219,7 @@ RowDb::~RowDb() {
     // Without a WAL the rows written since the last flush are only in the
     // memtables. After a write error that flush could wait forever; a
     // restarted server restores from its checkpoint, not from this database.
-    if (needs_resume_.load()) {
+    if (needs_reopen_.load()) {
       LOG(WARNING) << "row db " << path_ << " closes after a write error: rows written since its last flush are not kept";
     } else {
       rocksdb::Status f = db_->Flush(rocksdb::FlushOptions());
@@ -305,7 +305,7 @@ Status RowDb::Put(std::span<const int64_t> ids, const float* const* rows) {
   rocksdb::WriteOptions wo;
   wo.disableWAL = !write_ahead_log_;
   std::shared_lock lock(mu_);
-  if (db_ == nullptr || needs_resume_.load()) {
+  if (db_ == nullptr || needs_reopen_.load()) {
     return Status::ResourceExhausted("writing " + std::to_string(ids.size()) + " rows to " + path_ +
                                      ": it is recovering from a write error");
   }
@@ -314,7 +314,7 @@ Status RowDb::Put(std::span<const int64_t> ids, const float* const* rows) {
   }
   rocksdb::Status s = db_->Write(wo, &batch);
   if (!s.ok()) {
-    needs_resume_ = true;
+    needs_reopen_ = true;
     return FromRocks(s, "writing " + std::to_string(ids.size()) + " rows to " + path_);
   }
   rows_written_.fetch_add(static_cast<int64_t>(ids.size()), std::memory_order_relaxed);
@@ -371,11 +371,13 @@ StatusOr<int64_t> RowDb::CountRows() {
 }
 
 Status RowDb::CheckRoom(const std::string& what, uint64_t reserve) const {
-  if (options_ == nullptr || db_ == nullptr) return Status::OK();
+  if (options_ == nullptr) return Status::OK();
   uint64_t free_bytes = 0;
   if (!options_->env->GetFreeSpace(path_, &free_bytes).ok()) return Status::OK();
   uint64_t unflushed = 0;
-  if (!db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &unflushed)) unflushed = 0;
+  if (db_ != nullptr && !db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &unflushed)) unflushed = 0;
+  // Rows a failed reopen left to be written back (db_ is then null).
+  for (const auto& [key, value] : carried_) unflushed += key.size() + value.size();
   // Beyond the rows: an SST's index and filter blocks, a manifest edit.
   constexpr uint64_t kMarginBytes = 1 << 20;
   const uint64_t need = unflushed + kMarginBytes + reserve;
@@ -393,10 +395,10 @@ Status RowDb::CheckRoom(const std::string& what, uint64_t reserve) const {
 // database waits for no flush. So: take the memtables' rows out, close, open
 // again, write them back. Without a WAL those rows exist nowhere else.
 Status RowDb::Recover() {
-  if (!needs_resume_.load()) return Status::OK();
+  if (!needs_reopen_.load()) return Status::OK();
   if (options_ == nullptr) return Status::FailedPrecondition("row db " + path_ + " is open read-only: nothing to recover");
   std::unique_lock lock(mu_);
-  if (!needs_resume_.load()) return Status::OK();  // another thread recovered it
+  if (!needs_reopen_.load()) return Status::OK();  // another thread recovered it
   // Writing the rows back needs room; where the file system can say, wait for it.
   TESSERA_RETURN_IF_ERROR(CheckRoom("recovering " + path_ + " from a write error", reserved_disk_bytes_));
   return ReopenLocked();
@@ -435,17 +437,17 @@ Status RowDb::ReopenLocked() {
   LOG(WARNING) << "row db " << path_ << " reopened after a write error; " << carried_.size()
                << " unflushed rows carried over";
   carried_.clear();
-  needs_resume_ = false;
+  needs_reopen_ = false;
   return Status::OK();
 }
 
 Status RowDb::Flush() {
   TESSERA_RETURN_IF_ERROR(Recover());
   std::shared_lock lock(mu_);
-  if (db_ == nullptr || needs_resume_.load()) return Status::ResourceExhausted("flushing row db " + path_ + ": it is recovering from a write error");
+  if (db_ == nullptr || needs_reopen_.load()) return Status::ResourceExhausted("flushing row db " + path_ + ": it is recovering from a write error");
   if (reserved_disk_bytes_ > 0) TESSERA_RETURN_IF_ERROR(CheckRoom("flushing row db " + path_, reserved_disk_bytes_));
   rocksdb::Status s = db_->Flush(rocksdb::FlushOptions());
-  if (!s.ok()) needs_resume_ = true;
+  if (!s.ok()) needs_reopen_ = true;
   return FromRocks(s, "flushing row db " + path_);
 }
 
@@ -453,7 +455,7 @@ Status RowDb::Checkpoint(const std::string& dir) {
   // A checkpoint flushes the memtables first: a stopped database must recover.
   TESSERA_RETURN_IF_ERROR(Recover());
   std::shared_lock lock(mu_);
-  if (db_ == nullptr || needs_resume_.load()) return Status::ResourceExhausted("checkpointing " + path_ + ": it is recovering from a write error");
+  if (db_ == nullptr || needs_reopen_.load()) return Status::ResourceExhausted("checkpointing " + path_ + ": it is recovering from a write error");
   if (reserved_disk_bytes_ > 0) TESSERA_RETURN_IF_ERROR(CheckRoom("checkpointing " + path_, reserved_disk_bytes_));
   rocksdb::Checkpoint* raw = nullptr;
   TESSERA_RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "checkpointing " + path_));

@@ -142,8 +142,9 @@ class RowDb {
   mutable std::shared_mutex mu_;
   std::unique_ptr<rocksdb::DB> db_;  // null only after a failed reopen
   // After a failed write RocksDB refuses writes; the next Put or Flush
-  // recovers first, so a cleared fault (disk space freed) heals.
-  std::atomic<bool> needs_resume_{false};
+  // reopens the database first (Recover), so a cleared fault (disk space
+  // freed) heals.
+  std::atomic<bool> needs_reopen_{false};
   // Rows taken out of the memtables of a database being reopened (encoded
   // key -> value), kept until they are written to the reopened one. They are
   // the newest versions of their rows: Get reads them first.
