@@ -21,6 +21,10 @@ class FaultFs {
   rocksdb::Env* env() const { return env_.get(); }
   // Bytes every writable file together may still append; past that, NoSpace.
   void SetBytesLeft(int64_t n) { fs_->left.store(n); }
+  // What the file system reports free from now on, whatever the allowance
+  // is (-1: the allowance): a disk that another process fills or frees
+  // between a check of its room and the write.
+  void SetReportedFree(int64_t n) { fs_->reported.store(n); }
 
  private:
   class Fs : public rocksdb::FileSystemWrapper {
@@ -38,7 +42,8 @@ class FaultFs {
     // What is left of the allowance, as a full disk's statvfs would say.
     rocksdb::IOStatus GetFreeSpace(const std::string&, const rocksdb::IOOptions&, uint64_t* free,
                                    rocksdb::IODebugContext*) override {
-      *free = static_cast<uint64_t>(std::max<int64_t>(0, left.load()));
+      const int64_t said = reported.load();
+      *free = static_cast<uint64_t>(std::max<int64_t>(0, said >= 0 ? said : left.load()));
       return rocksdb::IOStatus::OK();
     }
     // Takes n bytes of the allowance, or none and false.
@@ -50,6 +55,7 @@ class FaultFs {
       return true;
     }
     std::atomic<int64_t> left{std::numeric_limits<int64_t>::max()};
+    std::atomic<int64_t> reported{-1};
   };
 
   class File : public rocksdb::FSWritableFileOwnerWrapper {

@@ -249,7 +249,20 @@ Status RowDb::Get(std::span<const int64_t> ids, float* rows, uint8_t* found) {
   std::vector<rocksdb::PinnableSlice> values(n);
   std::vector<rocksdb::Status> statuses(n);
   std::shared_lock lock(mu_);
-  if (db_ == nullptr) return Status::Unavailable("row db " + path_ + " is closed: reopening it after a write error failed");
+  if (db_ == nullptr) {
+    // Rows carried out of the failed reopen are served; any other row may or
+    // may not be on disk, which only an open database can say.
+    for (size_t i = 0; i < n; ++i) {
+      auto it = carried_.find(std::string(keys[i].data(), kRowKeyBytes));
+      if (it == carried_.end()) {
+        return Status::Unavailable("row db " + path_ + " is closed: reopening it after a write error failed");
+      }
+      DecodeRowValue(it->second.data(), row_width_, rows + i * row_width_);
+      found[i] = 1;
+    }
+    rows_read_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+    return Status::OK();
+  }
   db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, keys.data(), values.data(), statuses.data());
   const size_t row_bytes = sizeof(float) * row_width_;
   int64_t bytes = 0, rows_found = 0;

@@ -373,6 +373,57 @@ TEST_F(RocksRowStoreTest, ADiskThatFillsAndFreesAgainAndAgainHealsEachTime) {
   ASSERT_NO_FATAL_FAILURE(ExpectRows(**again, acknowledged));
 }
 
+// The disk fills again between the room check and the reopen of a recovery
+// (another process took the space): the reopen fails, and the rows taken out
+// of the memtables are all the store has of them. They are still served;
+// the next recovery waits until the disk has room for them too; then they
+// are written back and nothing acknowledged is lost.
+TEST_F(RocksRowStoreTest, AReopenThatFailsKeepsItsRowsUntilThereIsRoomForThem) {
+  FaultFs fault;
+  RowDbOptions o;
+  o.path = dir_ + "/db";
+  o.env = fault.env();
+  o.reserved_disk_bytes = 0;
+  auto db = RowDb::Open(o, kWidth);
+  ASSERT_TRUE(db.ok()) << db.status();
+  std::map<int64_t, float> acknowledged;
+  std::vector<int64_t> ids(20000);
+  std::vector<float> values(ids.size() * kWidth);
+  std::vector<const float*> rows(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<int64_t>(i);
+    std::fill_n(&values[i * kWidth], kWidth, 1.5f);
+    rows[i] = &values[i * kWidth];
+    acknowledged[ids[i]] = 1.5f;
+  }
+  ASSERT_TRUE((*db)->Put(ids, rows.data()).ok());  // in the memtable only: no WAL
+  // A flush on a full disk fails: the database must be reopened.
+  fault.SetBytesLeft(0);
+  ASSERT_FALSE((*db)->Flush().ok());
+  // The disk says it has room, but nothing can be written: the reopen fails.
+  fault.SetReportedFree(int64_t{1} << 40);
+  Status failed = (*db)->Flush();
+  ASSERT_FALSE(failed.ok());
+  ASSERT_NO_FATAL_FAILURE(ExpectRows(**db, acknowledged));  // served from the rows taken out
+  // Room for a reopen, not for the carried rows (20,000 rows of 24 bytes):
+  // the recovery waits and says why.
+  fault.SetBytesLeft(std::numeric_limits<int64_t>::max());
+  fault.SetReportedFree(int64_t{1} << 20);
+  Status waiting = (*db)->Flush();
+  EXPECT_EQ(waiting.code(), StatusCode::kResourceExhausted) << waiting;
+  EXPECT_NE(waiting.message().find("bytes free"), std::string::npos) << waiting;
+  ASSERT_NO_FATAL_FAILURE(ExpectRows(**db, acknowledged));
+  // Room again: the rows go back into the database and survive a reopen.
+  fault.SetReportedFree(-1);
+  Status healed = (*db)->Flush();
+  ASSERT_TRUE(healed.ok()) << healed;
+  db->reset();
+  o.mode = RowDbOpenMode::kOpenExisting;
+  auto again = RowDb::Open(o, kWidth);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_NO_FATAL_FAILURE(ExpectRows(**again, acknowledged));
+}
+
 TEST_F(RocksRowStoreTest, MalformedRowIsDataLoss) {
   RocksRowStoreOptions o = Options();
   {
