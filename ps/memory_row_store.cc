@@ -1,7 +1,8 @@
 // MemoryRowStore: rows in host memory, in chunked slabs (slots never move, so
 // row pointers handed to an update stay valid while the index grows). Chunks
-// double in size; those of 2 MiB or more sit on transparent huge pages, which
-// halves the cost of touching a random row (one TLB miss fewer per row).
+// double in size; with RowStoreOptions::huge_pages, those of 2 MiB or more
+// sit on transparent huge pages (one TLB miss fewer per random row, a dearer
+// first touch).
 //
 // A row is found through a direct index over the shard's own ids (one
 // pointer per id of its range) when that costs at most a quarter of the rows
@@ -200,7 +201,7 @@ class MemoryRowStore final : public RowStore {
     const int64_t rows = std::min(max_rows, std::max<int64_t>(1024, count_));
     constexpr int64_t kHuge = int64_t{2} << 20;
     const int64_t bytes = rows * width_bytes;
-    PageMemory chunk = PageMemory::Map(static_cast<size_t>(bytes), bytes >= kHuge);
+    PageMemory chunk = PageMemory::Map(static_cast<size_t>(bytes), options_.huge_pages && bytes >= kHuge);
     CHECK(!chunk.empty()) << "out of memory for " << bytes << " bytes of rows";
     next_row_ = static_cast<float*>(chunk.data());
     rows_left_ = rows;

@@ -40,6 +40,9 @@ DEFINE_int64(rocksdb_reserved_bytes, int64_t{64} << 20,
 DEFINE_int64(write_back_bytes, int64_t{32} << 20,
              "With --rocksdb_path: buffer for dirty rows on their way to RocksDB, written in id order by a thread "
              "of its own (split among shards by size; twice this at most; 0: written at eviction)");
+DEFINE_bool(huge_pages, false,
+            "Without --rocksdb_path: rows on transparent huge pages (faster random rows once they exist; each new "
+            "2 MiB of rows dearer to create, much dearer on VMs that return freed memory to their host)");
 DEFINE_string(device, "cpu", "cpu, auto (a GPU if usable, else the CPU) or cuda:N");
 DEFINE_int64(gpu_bytes, 0,
              "With a GPU: bytes of GPU memory for the hottest rows (the GPU tier), split among shards by size "
@@ -116,6 +119,7 @@ int main(int argc, char** argv) {
   options.host_group = FLAGS_host_group;
   options.storage.rocksdb_path = FLAGS_rocksdb_path;
   options.storage.host_bytes = FLAGS_host_bytes;
+  options.storage.huge_pages = FLAGS_huge_pages;
   if (FLAGS_write_back_bytes < 0) {
     LOG(ERROR) << "parameter server failed to start: --write_back_bytes " << FLAGS_write_back_bytes << " is negative";
     return 1;

@@ -45,6 +45,11 @@ struct RowStoreOptions {
   // the range are still accepted.
   int64_t id_begin = 0;
   int64_t id_end = 0;
+  // Rows in memory on transparent huge pages: random rows cost fewer TLB
+  // misses, but every new 2 MiB of rows is a huge page to allocate and zero
+  // at first touch, which on virtual machines that hand freed memory back to
+  // their host ran 28x slower per byte than 4 KiB pages (bench/README.md).
+  bool huge_pages = false;
 };
 
 class RowStore {

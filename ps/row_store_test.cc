@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -15,7 +16,9 @@
 
 #include "ps/device_row_store.h"
 #include "ps/rocks_row_store.h"
+#include "common/sharding_plan.h"
 #include "ps/slot_table.h"
+#include "ps/store_factory.h"
 #include "ps/tiered_row_store.h"
 
 namespace tessera {
@@ -194,16 +197,19 @@ TEST_P(RowStoreContract, PutOverwritesAndForEachVisitsEveryRow) {
   EXPECT_EQ(visits, 1);
 }
 
+// Enough rows that the memory store's slabs reach 2 MiB (huge pages, where
+// asked for).
 TEST_P(RowStoreContract, ManyRowsSurviveGrowth) {
+  constexpr int64_t kRows = 140000;
   std::vector<int64_t> ids;
-  for (int64_t i = 0; i < 100000; ++i) ids.push_back(i * 7919);
+  for (int64_t i = 0; i < kRows; ++i) ids.push_back(i * 7919);
   ASSERT_TRUE(store_->Update(ids, [](float* const* rows, int64_t n) {
     for (int64_t i = 0; i < n; ++i) rows[i][0] = static_cast<float>(-i);
   }).ok());
-  EXPECT_EQ(store_->size(), 100000);
+  EXPECT_EQ(store_->size(), kRows);
   std::vector<float> out(ids.size() * kCols);
   ASSERT_TRUE(store_->Gather(ids, out.data()).ok());
-  for (int64_t i = 0; i < 100000; i += 997) EXPECT_EQ(out[i * kCols], static_cast<float>(-i));
+  for (int64_t i = 0; i < kRows; i += 997) EXPECT_EQ(out[i * kCols], static_cast<float>(-i));
 }
 
 TEST_P(RowStoreContract, ConcurrentReadersAndAWriterSeeWholeRows) {
@@ -371,6 +377,13 @@ INSTANTIATE_TEST_SUITE_P(
                     return NewMemoryRowStore(ranged);
                   },
                   false},
+        StoreKind{"memory_huge_pages",
+                  [](const RowStoreOptions& o, const std::string&) {
+                    RowStoreOptions huge = o;
+                    huge.huge_pages = true;
+                    return NewMemoryRowStore(huge);
+                  },
+                  false},
         StoreKind{"rocksdb", OpenRocks, true},
         StoreKind{"tiered_lru",
                   [](const RowStoreOptions& o, const std::string& d) { return OpenTiered(o, d, EvictionPolicy::kLru); },
@@ -389,6 +402,63 @@ INSTANTIATE_TEST_SUITE_P(
                   },
                   true}),
     [](const auto& info) { return info.param.name; });
+
+// The flags (VmFlags in /proc/self/smaps) of the mapping that holds p.
+std::string VmFlagsOf(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find('-') < line.find(' ')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+// --huge_pages reaches a server's memory-only shards: their rows, past the
+// first 2 MiB slab, sit in memory marked for huge pages (MADV_HUGEPAGE, "hg");
+// without it they do not.
+TEST(MemoryStoreHugePages, TheServersFlagReachesTheRows) {
+  const int width = 64;
+  RowStoreOptions rows;
+  rows.row_width = width;
+  rows.gather_cols = width;
+  rows.init = [](int64_t id, float* row) { std::fill(row, row + width, static_cast<float>(id)); };
+  ShardSpec shard;
+  shard.shard_id = 0;
+  shard.num_rows = 100000;
+  shard.num_cols = width;
+  rows.id_end = shard.num_rows;
+  std::vector<int64_t> ids(shard.num_rows);
+  for (int64_t i = 0; i < shard.num_rows; ++i) ids[i] = i;
+  for (bool huge : {false, true}) {
+    SCOPED_TRACE(huge ? "--huge_pages" : "default");
+    ShardStorageOptions storage;
+    storage.huge_pages = huge;
+    RowStoreFactory factory = MakeRowStoreFactory(storage);
+    std::unique_ptr<RowStore> store;
+    if (factory) {
+      auto made = factory(shard, rows);
+      ASSERT_TRUE(made.ok()) << made.status();
+      store = std::move(made).value();
+    } else {
+      ASSERT_FALSE(huge) << "the flag was dropped: the shard makes its own default store";
+      store = NewMemoryRowStore(rows);
+    }
+    const float* last = nullptr;  // in the last, largest slab (100,000 rows of 256 bytes: past 2 MiB)
+    ASSERT_TRUE(store->Read(ids, [&](const float* const* r, int64_t n) {
+      last = r[n - 1];
+      EXPECT_EQ(r[n - 1][0], static_cast<float>(n - 1));
+    }).ok());
+    const std::string flags = VmFlagsOf(last);
+    ASSERT_FALSE(flags.empty()) << "no mapping holds the row";
+    EXPECT_EQ(flags.find(" hg") != std::string::npos, huge) << flags;
+  }
+}
 
 }  // namespace
 }  // namespace tessera

@@ -17,7 +17,11 @@ namespace {
 
 StatusOr<std::unique_ptr<RowStore>> HostStore(const ShardStorageOptions& options, const ShardSpec& shard,
                                               const RowStoreOptions& rows) {
-  if (options.rocksdb_path.empty()) return NewMemoryRowStore(rows);
+  if (options.rocksdb_path.empty()) {
+    RowStoreOptions memory = rows;
+    memory.huge_pages = options.huge_pages;
+    return NewMemoryRowStore(memory);
+  }
   std::error_code ec;
   std::filesystem::create_directories(options.rocksdb_path, ec);
   if (ec) return Status::Unavailable("cannot create " + options.rocksdb_path + ": " + ec.message());
@@ -79,7 +83,7 @@ Status ConfigureGpuTier(const std::string& device_spec, int device, int64_t gpu_
 
 RowStoreFactory MakeRowStoreFactory(const ShardStorageOptions& options) {
   const bool gpu_tier = options.gpu_device >= 0 || options.gpu_tier_on_host;
-  if (options.rocksdb_path.empty() && !gpu_tier) return nullptr;
+  if (options.rocksdb_path.empty() && !gpu_tier && !options.huge_pages) return nullptr;  // shards' own memory stores
   return [options, gpu_tier](const ShardSpec& shard,
                              const RowStoreOptions& rows) -> StatusOr<std::unique_ptr<RowStore>> {
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<RowStore> host, HostStore(options, shard, rows));

@@ -24,6 +24,9 @@ struct ShardStorageOptions {
   // Room the RocksDB tier leaves free on its disk: writes stop short of it
   // (RowDbOptions::reserved_disk_bytes).
   int64_t rocksdb_reserved_bytes = int64_t{64} << 20;
+  // Rows kept only in memory (no rocksdb_path) on transparent huge pages
+  // (RowStoreOptions::huge_pages).
+  bool huge_pages = false;
 
   // The GPU tier (ps/device_row_store.h) on CUDA device gpu_device (-1: no
   // GPU tier): gpu_bytes of device memory for the hottest rows, split among
@@ -54,8 +57,9 @@ int64_t GpuTierSlots(int64_t gpu_bytes, double memory_share, int row_width, int6
 Status ConfigureGpuTier(const std::string& device_spec, int device, int64_t gpu_bytes, bool gpu_tier_on_host,
                         ShardStorageOptions* options);
 
-// Null (memory stores) when there is neither a RocksDB path nor a GPU tier.
-// Otherwise each shard gets host memory (over RocksDB when rocksdb_path is
+// Null (the shards' default memory stores) when there is neither a RocksDB
+// path, nor a GPU tier, nor huge pages asked for. Otherwise each shard gets
+// host memory (over RocksDB when rocksdb_path is
 // set: ps/tiered_row_store.h), under a GPU tier when one is asked for.
 RowStoreFactory MakeRowStoreFactory(const ShardStorageOptions& options);
 
