@@ -7,10 +7,9 @@
 // A row is found through a direct index over the shard's own ids (one
 // pointer per id of its range) when that costs at most a quarter of the rows
 // themselves or 1 MiB, else through an open-addressing hash map from id to
-// row. The
-// direct index is 6x smaller than the map for a table whose rows are all
-// used (8 bytes per id against 32 per stored row at the map's load factor),
-// so more of it stays in cache, and a probe costs no hashing.
+// row. The direct index is 4x smaller than the map for a table whose rows
+// are all used (8 bytes per id against 32 per stored row at the map's load
+// factor), so more of it stays in cache, and a probe costs no hashing.
 #include <sys/mman.h>
 
 #include <algorithm>
