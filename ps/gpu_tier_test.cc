@@ -442,12 +442,31 @@ TEST(GpuTierSlots, ShareOfTheBytesAtLeastAFloorAtMostTheRows) {
   EXPECT_EQ(GpuTierSlots(1024, 0.01, 32, 50, 0), 1);
 }
 
+// The store MakeRowStoreFactory(o) builds for a shard of `num_rows` rows of
+// 16 floats, each row's floats its id.
+StatusOr<std::unique_ptr<RowStore>> StoreOfAShard(const ShardStorageOptions& o, int64_t num_rows) {
+  ShardSpec shard;
+  shard.num_rows = num_rows;
+  shard.num_cols = 16;
+  RowStoreOptions rows;
+  rows.row_width = 16;
+  rows.gather_cols = 16;
+  rows.init = [](int64_t id, float* row) { std::fill(row, row + 16, static_cast<float>(id)); };
+  return MakeRowStoreFactory(o)(shard, rows);
+}
+
+bool BuildsAGpuTier(const ShardStorageOptions& o) {
+  auto store = StoreOfAShard(o, 1000);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() && (*store)->device_tier() != nullptr;
+}
+
 TEST(ConfigureGpuTier, FromTheServersFlags) {
   ShardStorageOptions o;
   EXPECT_TRUE(ConfigureGpuTier("cpu", -1, 0, false, &o).ok());
   EXPECT_EQ(o.gpu_device, -1);
   EXPECT_FALSE(o.gpu_tier_on_host);
-  EXPECT_EQ(MakeRowStoreFactory(o), nullptr);
+  EXPECT_FALSE(BuildsAGpuTier(o));
 
   Status st = ConfigureGpuTier("cpu", -1, 1 << 20, false, &o);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
@@ -460,7 +479,7 @@ TEST(ConfigureGpuTier, FromTheServersFlags) {
   ASSERT_TRUE(ConfigureGpuTier("cpu", -1, 1 << 20, true, &on_host).ok());
   EXPECT_TRUE(on_host.gpu_tier_on_host);
   EXPECT_EQ(on_host.gpu_bytes, 1 << 20);
-  EXPECT_NE(MakeRowStoreFactory(on_host), nullptr);
+  EXPECT_TRUE(BuildsAGpuTier(on_host));
 
   ShardStorageOptions gpu;
   st = ConfigureGpuTier("cuda:0", 0, 0, false, &gpu);
@@ -476,15 +495,7 @@ TEST(ConfigureGpuTier, FromTheServersFlags) {
 TEST(GpuTierFactory, WrapsTheHostStoreOfEachShard) {
   ShardStorageOptions o;
   ASSERT_TRUE(ConfigureGpuTier("cpu", -1, 64 << 10, true, &o).ok());
-  RowStoreFactory factory = MakeRowStoreFactory(o);
-  ShardSpec shard;
-  shard.num_rows = 100000;
-  shard.num_cols = 16;
-  RowStoreOptions rows;
-  rows.row_width = 16;
-  rows.gather_cols = 16;
-  rows.init = [](int64_t id, float* row) { std::fill(row, row + 16, static_cast<float>(id)); };
-  auto store = factory(shard, rows);
+  auto store = StoreOfAShard(o, 100000);
   ASSERT_TRUE(store.ok()) << store.status();
   DeviceRowStore* tier = (*store)->device_tier();
   ASSERT_NE(tier, nullptr);

@@ -439,16 +439,9 @@ TEST(MemoryStoreHugePages, TheServersFlagReachesTheRows) {
     SCOPED_TRACE(huge ? "--huge_pages" : "default");
     ShardStorageOptions storage;
     storage.huge_pages = huge;
-    RowStoreFactory factory = MakeRowStoreFactory(storage);
-    std::unique_ptr<RowStore> store;
-    if (factory) {
-      auto made = factory(shard, rows);
-      ASSERT_TRUE(made.ok()) << made.status();
-      store = std::move(made).value();
-    } else {
-      ASSERT_FALSE(huge) << "the flag was dropped: the shard makes its own default store";
-      store = NewMemoryRowStore(rows);
-    }
+    auto made = MakeRowStoreFactory(storage)(shard, rows);
+    ASSERT_TRUE(made.ok()) << made.status();
+    std::unique_ptr<RowStore> store = std::move(made).value();
     const float* last = nullptr;  // in the last, largest slab (100,000 rows of 256 bytes: past 2 MiB)
     ASSERT_TRUE(store->Read(ids, [&](const float* const* r, int64_t n) {
       last = r[n - 1];

@@ -83,7 +83,6 @@ Status ConfigureGpuTier(const std::string& device_spec, int device, int64_t gpu_
 
 RowStoreFactory MakeRowStoreFactory(const ShardStorageOptions& options) {
   const bool gpu_tier = options.gpu_device >= 0 || options.gpu_tier_on_host;
-  if (options.rocksdb_path.empty() && !gpu_tier && !options.huge_pages) return nullptr;  // shards' own memory stores
   return [options, gpu_tier](const ShardSpec& shard,
                              const RowStoreOptions& rows) -> StatusOr<std::unique_ptr<RowStore>> {
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<RowStore> host, HostStore(options, shard, rows));

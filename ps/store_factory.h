@@ -57,10 +57,9 @@ int64_t GpuTierSlots(int64_t gpu_bytes, double memory_share, int row_width, int6
 Status ConfigureGpuTier(const std::string& device_spec, int device, int64_t gpu_bytes, bool gpu_tier_on_host,
                         ShardStorageOptions* options);
 
-// Null (the shards' default memory stores) when there is neither a RocksDB
-// path, nor a GPU tier, nor huge pages asked for. Otherwise each shard gets
-// host memory (over RocksDB when rocksdb_path is
-// set: ps/tiered_row_store.h), under a GPU tier when one is asked for.
+// Each shard gets host memory (over RocksDB when rocksdb_path is set:
+// ps/tiered_row_store.h; on huge pages when asked for), under a GPU tier when
+// one is asked for.
 RowStoreFactory MakeRowStoreFactory(const ShardStorageOptions& options);
 
 // The bytes of rows a server holds by default, for the planner, when

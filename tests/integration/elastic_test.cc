@@ -551,6 +551,19 @@ class SmallDisk {
   std::string why_;
 };
 
+// Once trainer 0 has reached `step`, takes all of `disk`'s room until the
+// master reports a failed checkpoint, then gives it back; *failed is the
+// step of that checkpoint.
+void FillUntilACheckpointFails(testing::LocalCluster& c, const SmallDisk& disk, int64_t step, int64_t* failed) {
+  ASSERT_TRUE(c.WaitForSteps(0, step, milliseconds(60000))) << c.Log("master");
+  disk.Fill();
+  const std::string kFailed = "CHECKPOINT FAILED at step ";
+  ASSERT_TRUE(c.WaitForLog("master", kFailed, milliseconds(60000))) << c.Log("master");
+  disk.Free();
+  const std::string log = c.Log("master");
+  *failed = std::stoll(log.substr(log.find(kFailed) + kFailed.size()));
+}
+
 // The disk of the checkpoints fills up at a seeded step (another process
 // takes what is left): the checkpoints fail, and the job goes on without
 // them. Once there is room again they are taken again, and a server killed
@@ -564,13 +577,9 @@ TEST(ElasticTest, CheckpointsOnAFullDiskFailAndTheJobGoesOn) {
   if (!disk.mounted()) GTEST_SKIP() << disk.why();
   testing::LocalCluster c("elastic_full_disk");
   ASSERT_TRUE(c.StartJob(Job(root + "/ckpt", kLongSteps), 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
-  const int64_t step = SeededStep(2 * kEvery, kLongSteps / 3, 12);
-  ASSERT_TRUE(c.WaitForSteps(0, step, milliseconds(60000))) << c.Log("master");
-  disk.Fill();
-  ASSERT_TRUE(c.WaitForLog("master", "CHECKPOINT FAILED at step ", milliseconds(60000))) << c.Log("master");
-  disk.Free();
+  int64_t failed = -1;
+  ASSERT_NO_FATAL_FAILURE(FillUntilACheckpointFails(c, disk, SeededStep(2 * kEvery, kLongSteps / 3, 12), &failed));
   const std::string log = c.Log("master");
-  const int64_t failed = std::stoll(log.substr(log.find("CHECKPOINT FAILED at step ") + 26));
   EXPECT_NE(log.find("No space left on device"), std::string::npos) << log;
   // Room again: the next checkpoint is complete; then a server is lost.
   int64_t after = -1;
@@ -616,13 +625,9 @@ TEST(ElasticTest, TieredServersRideOutAFullDiskAndEndLikeAnUndisturbedRun) {
                          {"--rocksdb_path", root + "/ps{i}", "--host_bytes", "2048", "--rocksdb_reserved_bytes",
                           "1048576"})
                   .ok());
-  const int64_t step = SeededStep(2 * kEvery, kLongSteps / 3, 13);
-  ASSERT_TRUE(c.WaitForSteps(0, step, milliseconds(60000))) << c.Log("master");
-  disk.Fill();
-  ASSERT_TRUE(c.WaitForLog("master", "CHECKPOINT FAILED at step ", milliseconds(60000))) << c.Log("master");
-  disk.Free();
+  int64_t failed = -1;
+  ASSERT_NO_FATAL_FAILURE(FillUntilACheckpointFails(c, disk, SeededStep(2 * kEvery, kLongSteps / 3, 13), &failed));
   const std::string log = c.Log("master");
-  const int64_t failed = std::stoll(log.substr(log.find("CHECKPOINT FAILED at step ") + 26));
   ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master") << c.Log("ps0") << c.Log("ps1");
   int64_t after = -1;
   for (int64_t s : CompleteCheckpointSteps(c.Log("master"))) after = std::max(after, s);
