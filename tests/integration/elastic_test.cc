@@ -11,8 +11,10 @@
 // (the one used is printed).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -535,12 +537,19 @@ class SmallDisk {
   }
   bool mounted() const { return mounted_; }
   const std::string& why() const { return why_; }
-  // Takes what room is left with one file, as another process would.
+  // Takes what room is left with one file, as another process would, down
+  // to the last byte: with a block's worth left, the servers' small shard
+  // files could still fit and only the master's manifest fail, and the
+  // tests could not tell which failure they get.
   void Fill() const {
-    std::ofstream f(filler(), std::ios::binary);
+    const int fd = open(filler().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0) << filler() << ": " << std::strerror(errno);
     const std::vector<char> block(1 << 16, 'x');
-    while (f.write(block.data(), static_cast<std::streamsize>(block.size()))) {
+    for (size_t size = block.size(); size > 0; size /= 2) {
+      while (write(fd, block.data(), size) == static_cast<ssize_t>(size)) {
+      }
     }
+    close(fd);
   }
   void Free() const { std::filesystem::remove(filler()); }
 
