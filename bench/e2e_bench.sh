@@ -36,10 +36,11 @@
 # Both systems time their steps after a warm-up (the peer: --warmup 20; Tessera:
 # the first 20 steps). Tessera runs async by default, the peer's own
 # (Hogwild-like) semantics; --mode sync runs Tessera's synchronous mode;
-# --prefetch sends each step's lookups during the step before (training.prefetch:
-# async, a staleness of one step; sync, exact: the servers answer them once
-# the step before is applied). Without it the bench turns prefetch off, also
-# in sync mode where a job has it on by default, so that both are measured.
+# --prefetch sends each step's lookups during the step before (training.prefetch,
+# exact in both modes: the servers answer them once the step before is applied,
+# sync, or once the trainer's own push of it is, async). Without it the bench
+# turns prefetch off, where a job has it on by default, so that both are
+# measured.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEER="${TESSERA_PEER:-$ROOT/../shared/peers/torch_rpc_ps.py}"

@@ -341,11 +341,11 @@ Status ParseTraining(const json& j, TrainingConfig* t) {
   } else {
     return Status::InvalidArgument("training.consistency: must be 'sync' or 'async', got '" + mode + "'");
   }
-  // Sync too: a server parks a lookup of step t+1 until step t is applied,
-  // so a prefetched one waits there for the update rather than missing it.
-  // Exact there, it is on by default; in async mode it adds a step of
-  // staleness, so it is asked for.
-  t->prefetch = t->consistency == Consistency::kSync;
+  // On in both modes: a server parks a prefetched lookup of step t+1 until
+  // step t is applied (sync) or until its trainer's own push of step t is
+  // (async), so it waits there for the update rather than missing it, and
+  // training is what it would be without prefetch.
+  t->prefetch = true;
   TESSERA_RETURN_IF_ERROR(f.Bool("prefetch", &t->prefetch, false));
   std::string replies = RowRepliesName(t->row_replies);
   TESSERA_RETURN_IF_ERROR(f.String("row_replies", &replies, false));

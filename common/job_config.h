@@ -159,11 +159,11 @@ struct TrainingConfig {
   OptimizerSpec sparse_optimizer;  // default of every table
   Consistency consistency = Consistency::kSync;
   // Each trainer sends step s+1's lookups before step s's dense compute, so
-  // they travel while it computes. Sync: the servers hold them until step s
-  // is applied (exact), and it is on unless the job turns it off; async:
-  // served at once, they may miss this trainer's own step-s update (a
-  // staleness of one step), and it is off unless asked for.
-  bool prefetch = false;
+  // they travel while it computes. The servers hold them until step s is
+  // applied (sync) or until this trainer's own push of step s is (async), so
+  // they miss no update a lookup sent after the push would see. On unless
+  // the job turns it off.
+  bool prefetch = true;
   RowReplies row_replies = RowReplies::kAuto;
   // A pooled feature of a table split by rows is pooled on the trainer, each
   // bag over all its ids in their order, from the rows of every shard, as

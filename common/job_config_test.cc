@@ -32,9 +32,10 @@ TEST(JobConfigTest, ParsesWithDefaults) {
   EXPECT_EQ(c->tables[0].RowBytes(), 16);
 }
 
-// Prefetch is exact in sync mode, so on unless the job says otherwise; in
-// async mode it costs a step of staleness, so off unless asked for.
-TEST(JobConfigTest, PrefetchIsOnByDefaultOnlyWhereItIsExact) {
+// Prefetch changes no lookup's rows in either mode (the servers hold a
+// prefetched lookup for the update before it), so it is on unless the job
+// says otherwise.
+TEST(JobConfigTest, PrefetchIsOnByDefaultInBothModes) {
   auto prefetch = [](const char* mode, const json* value) {
     json j = MinimalJob();
     j["training"]["consistency"] = mode;
@@ -45,7 +46,7 @@ TEST(JobConfigTest, PrefetchIsOnByDefaultOnlyWhereItIsExact) {
   };
   const json yes = true, no = false;
   EXPECT_TRUE(prefetch("sync", nullptr));
-  EXPECT_FALSE(prefetch("async", nullptr));
+  EXPECT_TRUE(prefetch("async", nullptr));
   EXPECT_FALSE(prefetch("sync", &no));
   EXPECT_TRUE(prefetch("async", &yes));
 }

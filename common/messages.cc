@@ -37,7 +37,7 @@ StatusOr<LookupRequest> DecodeLookupRequest(Message&& m) {
   TESSERA_RETURN_IF_ERROR(ReadStruct(r.source, 0, "lookup meta", &r.meta));
   TESSERA_RETURN_IF_ERROR(r.entries.Read(r.source, 1, "lookup entries"));
   TESSERA_RETURN_IF_ERROR(r.lengths.Read(r.source, 2, "lengths"));
-  if (r.meta.flags & ~(kLookupNoContext | kLookupIds32)) {
+  if (r.meta.flags & ~(kLookupNoContext | kLookupIds32 | kLookupAfterOwnPush)) {
     return Status::InvalidArgument("lookup meta has unknown flags " + std::to_string(r.meta.flags));
   }
   TESSERA_RETURN_IF_ERROR(r.meta.flags & kLookupIds32 ? r.ids.ReadWidened<uint32_t>(r.source, 3, "ids")

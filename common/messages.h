@@ -64,7 +64,7 @@ namespace tessera {
 
 struct LookupMeta {
   uint32_t trainer = 0;
-  uint32_t flags = 0;  // kLookupNoContext, kLookupIds32
+  uint32_t flags = 0;  // kLookupNoContext, kLookupIds32, kLookupAfterOwnPush
   uint64_t step = 0;
 };
 // An inference lookup: no backward context is opened (evaluation).
@@ -72,6 +72,11 @@ inline constexpr uint32_t kLookupNoContext = 1;
 // The ids travel as uint32 (decoded back to int64). A quarter of a pooled
 // lookup step's bytes were its 8-byte ids; few tables have 2^32 rows.
 inline constexpr uint32_t kLookupIds32 = 2;
+// Async mode: serve this training lookup after the trainer's push of the
+// step before, if that push is still to come to this server (a lookup of
+// step t+1 prefetched while step t computes). Sync mode parks such lookups
+// by its own rule. Without it a lookup is served on arrival.
+inline constexpr uint32_t kLookupAfterOwnPush = 4;
 static_assert(sizeof(LookupMeta) == 16);
 
 inline constexpr uint32_t kEntryWeighted = 1;

@@ -113,11 +113,19 @@ TEST(MessagesTest, LookupIds32RoundTripsInHalfTheBytes) {
 
 TEST(MessagesTest, LookupUnknownMetaFlagsRefused) {
   Message m = Transmit(SampleLookup());
-  LookupMeta meta{3, 4, 42};
+  LookupMeta meta{3, 8, 42};
   m.frames[0] = zmq::message_t(&meta, sizeof(meta));
   auto r = DecodeLookupRequest(std::move(m));
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("unknown flags 4"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("unknown flags 8"), std::string::npos) << r.status();
+  // The known ones pass.
+  Message known = Transmit(SampleLookup());
+  meta.flags = kLookupNoContext | kLookupIds32 | kLookupAfterOwnPush;
+  known.frames[0] = zmq::message_t(&meta, sizeof(meta));
+  known.frames[3] = zmq::message_t(known.frames[3].size() / 2);  // ids as uint32
+  auto k = DecodeLookupRequest(std::move(known));
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(k->meta.flags, kLookupNoContext | kLookupIds32 | kLookupAfterOwnPush);
 }
 
 TEST(MessagesTest, LookupWrongFrameCount) {

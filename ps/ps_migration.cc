@@ -108,6 +108,7 @@ void PsService::Migrate(const MigrateRequest& req, std::function<void(StatusOr<j
     job_.reset();
     backups_.clear();
     contexts_.clear();
+    pushing_.clear();
   }
   std::vector<ShardSpec> stage;
   if (req.phase == MigratePhase::kPrecopy) {

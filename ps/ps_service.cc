@@ -205,6 +205,7 @@ Status PsService::CreateShards(const JobConfig& job, const ShardingPlan& plan, c
       if (spec.ps != ps_rank_.load()) backups_.insert(spec.shard_id);
     }
     contexts_.clear();
+    pushing_.clear();
     // Steps before start_step are done (a resumed job starts at its checkpoint).
     parked = gate_.Reset(job.training.consistency, job.cluster.num_trainers, static_cast<uint64_t>(start_step));
     LOG(INFO) << "ps " << ps_rank_.load() << ": holding " << shards_->size() << " shard(s) of job '" << job.name
@@ -406,16 +407,23 @@ void PsService::HandleLookup(Message&& m, Responder r) {
   }
   const uint64_t step = req.meta.step;
   const uint32_t req_trainer = req.meta.trainer;
-  // A lookup of the next step (prefetch) parks until this step is applied;
-  // meanwhile its rows come up from RocksDB, so that only their values wait
+  // Sync: a lookup of the next step (prefetch) parks until this step is
+  // applied. Async: one that asks to (kLookupAfterOwnPush) and whose
+  // trainer's push of the step before is still to come here (its context is
+  // open or being applied) parks until that push is applied, so that a
+  // prefetch misses none of its trainer's own updates.
+  // Meanwhile its rows come up from RocksDB, so that only their values wait
   // for the update. The ids are copied first: parking moves the request.
+  const bool sync = job_->training.consistency == Consistency::kSync;
+  const bool own_push_pending = !sync && (req.meta.flags & kLookupAfterOwnPush) &&
+                                !(req.meta.flags & kLookupNoContext) && step > 0 &&
+                                (contexts_.count({req_trainer, step - 1}) > 0 ||
+                                 pushing_.count({req_trainer, step - 1}) > 0);
   WarmList warm;
-  if (job_->training.consistency == Consistency::kSync && step > gate_.applied_steps()) {
-    warm = WarmableRowsLocked(req);
-  }
+  if ((sync && step > gate_.applied_steps()) || own_push_pending) warm = WarmableRowsLocked(req);
   DeferredLookup lookup{std::move(req), std::move(r)};
   Status refusal;
-  switch (gate_.OnLookup(req_trainer, step, &lookup, &refusal)) {
+  switch (gate_.OnLookup(req_trainer, step, &lookup, &refusal, own_push_pending)) {
     case LookupAction::kServe:
       lock.unlock();
       ServeLookup(std::move(lookup.request), std::move(lookup.responder));
@@ -425,7 +433,8 @@ void PsService::HandleLookup(Message&& m, Responder r) {
       if (!warm.entries.empty()) WarmRows(std::move(warm));
       return;
     case LookupAction::kRefuse:
-      // Too far ahead (the failure was checked above, and Abort takes mu_ too).
+      // Too far ahead or too many parked (the failure was checked above, and
+      // Abort takes mu_ too).
       ++errors_;
       lookup.responder.ReplyError(refusal);
       return;
@@ -527,27 +536,34 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
   ctx.created = Clock::now();
   lookup_ns_ += ThreadCpuNanos() - cpu_start;
   if (!(req.meta.flags & kLookupNoContext)) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ExpireContexts();
-    if (Status bound = BoundContextsLocked(req.meta.trainer, req.meta.step); !bound.ok()) {
+    Gate::Released released;  // lookups that waited for a push that will not come now
+    Status bound;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ExpireContexts(&released);
+      bound = BoundContextsLocked(req.meta.trainer, req.meta.step, &released);
+      // A retried lookup replaces its earlier context: lookups are idempotent.
+      if (bound.ok()) contexts_[{req.meta.trainer, req.meta.step}] = std::move(ctx);
+    }
+    AnswerReleased(std::move(released));
+    if (!bound.ok()) {
       ++errors_;
       r.ReplyError(bound);
       return;
     }
-    // A retried lookup replaces its earlier context: lookups are idempotent.
-    contexts_[{req.meta.trainer, req.meta.step}] = std::move(ctx);
   }
   ++lookups_;
   ids_looked_up_ += static_cast<int64_t>(req.ids.size());
   r.Reply(EncodeLookupResponse(req.source.header, std::move(values)));
 }
 
-Status PsService::BoundContextsLocked(uint32_t trainer, uint64_t step) {
+Status PsService::BoundContextsLocked(uint32_t trainer, uint64_t step, Gate::Released* released) {
   // A context far behind the trainer's newest step will never see its push
   // (a trainer pushes a step before it looks up two ahead): dropped.
   auto first = contexts_.lower_bound({trainer, 0});
   while (first != contexts_.end() && first->first.first == trainer &&
          first->first.second + kMaxContextsPerTrainer / 2 < step) {
+    AppendReleased(gate_.OwnPushSettled(trainer, first->first.second), released);
     first = contexts_.erase(first);
   }
   // A trainer has a step or two open (prefetch); many more are a client
@@ -698,16 +714,26 @@ void PsService::HandlePush(Message&& m, Responder r) {
       return;
     }
     // Taken out while the gradients are checked; put back if they are bad.
+    // Until it is applied, the trainer's lookup of the next step waits.
     ctx = std::move(it->second);
     contexts_.erase(it);
     sync = job_->training.consistency == Consistency::kSync;
+    if (!sync) pushing_.insert({trainer, step});
   }
+  // Async: the push is applied or will never be; the trainer's parked
+  // lookup of the next step may go on (after this push's reply).
+  auto settle = [&]() -> Gate::Released {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pushing_.erase({trainer, step}) == 0) return {};  // a new plan cleared it
+    return gate_.OwnPushSettled(trainer, step);
+  };
 
   std::vector<EntryGrads> grads;
   Status st = PushToRowGrads(push, ctx, &grads);
   if (!st.ok()) {
     ++errors_;
     std::lock_guard<std::mutex> lock(mu_);
+    pushing_.erase({trainer, step});
     contexts_.emplace(std::make_pair(trainer, step), std::move(ctx));
     r.ReplyError(st);
     return;
@@ -727,6 +753,7 @@ void PsService::HandlePush(Message&& m, Responder r) {
   }();
   if (!ready.ok()) {
     r.ReplyError(ready.status());
+    if (!sync) AnswerReleased(settle());
     return;
   }
   // Sync: parked with its step, the push is as good as applied.
@@ -740,18 +767,28 @@ void PsService::HandlePush(Message&& m, Responder r) {
     const Status failure = st.WithContext(sync ? "applying step " + std::to_string(step) : "applying gradients");
     LOG(ERROR) << failure;
     if (!sync) r.ReplyError(failure);
-    Abort(failure);
+    Abort(failure);  // answers the parked lookups with the failure
+    if (!sync) settle();
     return;
   }
   pushes_applied_ += static_cast<int64_t>(ready->size());
   if (!sync) {
-    r.ReplyOk();
+    r.ReplyOk();  // first: the trainer waits for it before its step ends
+    AnswerReleased(settle());
     return;
   }
   AnswerReleased(gate_.Applied(step));
 }
 
-void PsService::ExpireContexts() {
+void PsService::AppendReleased(Gate::Released&& from, Gate::Released* to) {
+  if (from.lookups.empty()) return;
+  // OwnPushSettled hands back lookups to serve (OK); those are all that
+  // these gather.
+  DCHECK(from.status.ok() && to->status.ok());
+  for (DeferredLookup& d : from.lookups) to->lookups.push_back(std::move(d));
+}
+
+void PsService::ExpireContexts(Gate::Released* released) {
   const auto now = Clock::now();
   if (!job_ || now - last_expiry_ < std::chrono::seconds(1)) return;
   last_expiry_ = now;
@@ -760,6 +797,7 @@ void PsService::ExpireContexts() {
     if (now - it->second.created > ttl) {
       LOG(WARNING) << "backward context of " << ContextName(it->first.first, it->first.second)
                    << " expired without a push";
+      AppendReleased(gate_.OwnPushSettled(it->first.first, it->first.second), released);
       it = contexts_.erase(it);
     } else {
       ++it;

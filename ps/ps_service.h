@@ -279,7 +279,11 @@ class PsService {
   // Sums the row gradients of several pushes (in the order given) per shard
   // and applies the optimizer once per shard.
   Status ApplyMerged(const std::vector<const std::vector<EntryGrads>*>& pushes);
-  void ExpireContexts();  // REQUIRES: mu_ held
+  // Drops the contexts older than the job's context_ttl_ms; the lookups
+  // that waited for their push go to *released. REQUIRES: mu_ held.
+  void ExpireContexts(Gate::Released* released);
+  // Moves the lookups `from` hands back to serve into *to.
+  static void AppendReleased(Gate::Released&& from, Gate::Released* to);
   // The current shards; requests hold the snapshot they started with.
   std::shared_ptr<const ShardMap> Shards() const;
 
@@ -314,8 +318,12 @@ class PsService {
   const size_t max_reply_values_;
   // Drops `trainer`'s contexts far behind `step`; RESOURCE_EXHAUSTED when it
   // still holds the most it may and `step` would be a new one.
-  Status BoundContextsLocked(uint32_t trainer, uint64_t step);  // REQUIRES: mu_ held
+  // Lookups that waited for a dropped context's push go to *released.
+  Status BoundContextsLocked(uint32_t trainer, uint64_t step, Gate::Released* released);  // REQUIRES: mu_ held
   std::map<std::pair<uint32_t, uint64_t>, Context> contexts_;             // GUARDED_BY(mu_)
+  // Async: the (trainer, step) pushes taken out of contexts_ and not yet
+  // applied or refused; the trainer's lookup of the next step waits for them.
+  std::set<std::pair<uint32_t, uint64_t>> pushing_;  // GUARDED_BY(mu_)
   std::chrono::steady_clock::time_point last_expiry_;                     // GUARDED_BY(mu_)
   bool shutdown_ = false;                                                 // GUARDED_BY(mu_)
   std::optional<Migration> migration_;                                    // GUARDED_BY(mu_)

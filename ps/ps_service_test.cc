@@ -49,6 +49,7 @@ class PsServiceTest : public ::testing::Test {
   void Start(const std::string& consistency, int trainers, RowStoreFactory store_factory = nullptr,
              bool open = true, size_t max_reply_values = size_t{1} << 28) {
     job_ = MakeJob(consistency, trainers);
+    if (context_ttl_ms_ > 0) job_.runtime.context_ttl_ms = context_ttl_ms_;
     // Every table whole on server 0: shard id = table index.
     plan_ = ShardingPlan{};
     plan_.num_ps = 1;
@@ -136,7 +137,8 @@ class PsServiceTest : public ::testing::Test {
   }
 
   // One entry on table 0's shard: bags given as lists of ids.
-  Message Lookup(uint32_t trainer, uint64_t step, const std::vector<std::vector<int64_t>>& bags, uint32_t shard = 0) {
+  Message Lookup(uint32_t trainer, uint64_t step, const std::vector<std::vector<int64_t>>& bags, uint32_t shard = 0,
+                 uint32_t flags = 0) {
     std::vector<int32_t> lengths;
     std::vector<int64_t> ids;
     for (const auto& b : bags) {
@@ -144,7 +146,7 @@ class PsServiceTest : public ::testing::Test {
       ids.insert(ids.end(), b.begin(), b.end());
     }
     const auto n = static_cast<uint32_t>(ids.size());
-    Message m = EncodeLookupRequest(LookupMeta{trainer, 0, step},
+    Message m = EncodeLookupRequest(LookupMeta{trainer, flags, step},
                                     {LookupEntry{shard, static_cast<uint32_t>(bags.size()), n, 0}}, std::move(lengths),
                                     std::move(ids), {});
     m.header.plan_version = plan_.version;
@@ -171,6 +173,7 @@ class PsServiceTest : public ::testing::Test {
   std::unique_ptr<RpcClient> client_;
   int peer_ = -1;
   std::string dir_;  // of the RocksDB tier, when there is one
+  int64_t context_ttl_ms_ = 0;  // set before Start: the job's runtime.context_ttl_ms
 };
 
 // Who may ask a server (docs/design.md §5.1): orders only the master's
@@ -518,6 +521,57 @@ TEST_F(PsServiceTest, SyncModeWaitsForEveryTrainersGradients) {
   ASSERT_TRUE(v.ok()) << v.status();
   // Both gradients applied as one step: 0.5 * (1 + 3).
   for (int c = 0; c < 4; ++c) EXPECT_NEAR((*v)[c], Init(0, 7, c) - 2.0f, 1e-6);
+}
+
+// Async prefetch (kLookupAfterOwnPush): a trainer's lookup of step t+1 sent
+// before its push of step t waits for that push, and only for that one, so
+// it sees its trainer's own update; a bad push leaves it waiting for the
+// good one. A lookup without the flag, or with no push to wait for, is
+// served at once.
+TEST_F(PsServiceTest, AsyncLookupAfterOwnPushWaitsForThatPushOnly) {
+  Start("async", 2);
+  ASSERT_TRUE(Call(Lookup(0, 0, {{7}}, 0, kLookupAfterOwnPush)).ok());
+  RpcFuture early = client_->Call(peer_, Lookup(0, 1, {{7}}, 0, kLookupAfterOwnPush), milliseconds(5000));
+  // Trainer 1 has no push to come: served at once, with row 7 as it is.
+  auto other = Values(Call(Lookup(1, 1, {{7}}, 0, kLookupAfterOwnPush)), 4);
+  ASSERT_TRUE(other.ok()) << other.status();
+  for (int c = 0; c < 4; ++c) EXPECT_NEAR((*other)[c], Init(0, 7, c), 1e-6);
+  // Without the flag, trainer 0's own lookup is served on arrival too.
+  auto unflagged = Values(Call(Lookup(0, 1, {{7}})), 4);
+  ASSERT_TRUE(unflagged.ok()) << unflagged.status();
+  for (int c = 0; c < 4; ++c) EXPECT_NEAR((*unflagged)[c], Init(0, 7, c), 1e-6);
+  std::this_thread::sleep_for(milliseconds(200));
+  EXPECT_FALSE(early.Ready());
+  // Trainer 1's push, and a bad push of trainer 0's (wrong shape), release nothing.
+  ASSERT_TRUE(Call(Push(1, 1, 1, 4, {2, 2, 2, 2})).ok());
+  EXPECT_EQ(Call(Push(0, 0, 1, 3, {1, 1, 1})).status().code(), StatusCode::kInvalidArgument);
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_FALSE(early.Ready());
+  ASSERT_TRUE(Call(Push(0, 0, 1, 4, {1, 1, 1, 1})).ok());
+  auto v = Values(early.Wait(), 4);
+  ASSERT_TRUE(v.ok()) << v.status();
+  // Both pushes applied before it: 0.5 * (2 + 1).
+  for (int c = 0; c < 4; ++c) EXPECT_NEAR((*v)[c], Init(0, 7, c) - 1.5f, 1e-6);
+  // Its context is open: its push is taken as any other.
+  EXPECT_TRUE(Call(Push(0, 1, 1, 4, {1, 1, 1, 1})).ok());
+}
+
+// A lookup waiting for a push that never comes is served once the push's
+// context expires, not left waiting for good.
+TEST_F(PsServiceTest, AsyncLookupWaitingForAnExpiredPushIsServed) {
+  context_ttl_ms_ = 50;
+  Start("async", 2);
+  ASSERT_TRUE(Call(Lookup(0, 0, {{3}}, 0, kLookupAfterOwnPush)).ok());
+  RpcFuture waiting = client_->Call(peer_, Lookup(0, 1, {{3}}, 0, kLookupAfterOwnPush), milliseconds(10000));
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_FALSE(waiting.Ready());
+  // Contexts expire as lookups open new ones (at most once a second).
+  std::this_thread::sleep_for(milliseconds(1000));
+  ASSERT_TRUE(Call(Lookup(1, 0, {{4}})).ok());
+  auto v = Values(waiting.Wait(), 4);
+  ASSERT_TRUE(v.ok()) << v.status();
+  for (int c = 0; c < 4; ++c) EXPECT_NEAR((*v)[c], Init(0, 3, c), 1e-6);
+  EXPECT_EQ(Call(Push(0, 0, 1, 4, {1, 1, 1, 1})).status().code(), StatusCode::kNotFound);
 }
 
 // Sync prefetch over RocksDB: a lookup parked until the step before it is

@@ -60,7 +60,8 @@ Status TooFarAheadError(const char* what, uint32_t trainer, uint64_t step, int64
 
 }  // namespace
 
-LookupAction StepGateBase::DecideLookupLocked(uint32_t trainer, uint64_t step, Status* refusal) const {
+LookupAction StepGateBase::DecideLookupLocked(uint32_t trainer, uint64_t step, bool own_push_pending,
+                                              Status* refusal) const {
   if (!failure_.ok()) {
     *refusal = failure_;
     return LookupAction::kRefuse;
@@ -70,7 +71,7 @@ LookupAction StepGateBase::DecideLookupLocked(uint32_t trainer, uint64_t step, S
       *refusal = TooFarAheadError("lookup", trainer, step, last_pushed_step_[trainer]);
       return LookupAction::kRefuse;
     }
-    return LookupAction::kServe;
+    return own_push_pending ? LookupAction::kPark : LookupAction::kServe;
   }
   if (step <= applied_steps_) return LookupAction::kServe;
   // Step t+1 waits for step t's gradients of every trainer. A trainer pushed

@@ -11,7 +11,12 @@
 //   async  Lookups are served and pushes applied on arrival, but not those
 //          of a step more than kMaxStepsAhead past the trainer's last push:
 //          no trainer is there, and a push accepted at such a step would make
-//          every later one of that trainer ALREADY_APPLIED.
+//          every later one of that trainer ALREADY_APPLIED. One exception: a
+//          lookup of step t whose trainer's own push of t-1 is still to come
+//          to this server (its owner says so: it knows the contexts) is
+//          parked until that push settles (OwnPushSettled), so that a
+//          prefetched lookup sees its trainer's last update as one sent
+//          after the push does. Other trainers' pushes are not waited for.
 //
 // Exactly once: a push at or below the last step accepted for its trainer is
 // ALREADY_APPLIED. A parked push counts as accepted: it is applied with its
@@ -32,6 +37,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -62,6 +68,10 @@ class StepGateBase {
   // A trainer pushes each step before it looks up the one after the next
   // (prefetch looks one ahead); 64 is also the most contexts it may hold.
   static constexpr uint64_t kMaxStepsAhead = 64;
+  // Lookups one trainer may have parked at once. A correct trainer parks one
+  // (its prefetch), two with a retry; more are a client filling this
+  // server's memory with requests it will answer only later.
+  static constexpr size_t kMaxParkedPerTrainer = 4;
 
   // The reason the gate failed (Abort), or OK.
   Status failure() const;
@@ -84,7 +94,8 @@ class StepGateBase {
 
   // REQUIRES for all below: mu_ held.
   void ResetLocked(Consistency mode, int world, uint64_t start_step);
-  LookupAction DecideLookupLocked(uint32_t trainer, uint64_t step, Status* refusal) const;
+  // own_push_pending: async, the trainer's push of step-1 is still to come.
+  LookupAction DecideLookupLocked(uint32_t trainer, uint64_t step, bool own_push_pending, Status* refusal) const;
   Status CheckPushLocked(uint32_t trainer, uint64_t step) const;
   // CheckPushLocked, and in sync mode `step` must be the one being gathered;
   // on OK the push is accepted: the trainer's last pushed step moves.
@@ -121,16 +132,27 @@ class StepGate : public StepGateBase {
     ClearPushesLocked();
     return {Status::PlanChanged("a new plan replaced the one this lookup was made under while it waited; "
                                 "look up again under the new plan"),
-            std::exchange(parked_, {})};
+            TakeParkedLocked()};
   }
 
   // Trainer `trainer`'s lookup of `step`. kPark: the gate took *lookup
-  // (Applied, Reset or Abort hands it back). kServe, kRefuse (*refusal says
-  // why): *lookup is untouched.
-  LookupAction OnLookup(uint32_t trainer, uint64_t step, Lookup* lookup, Status* refusal) {
+  // (Applied, OwnPushSettled, Reset or Abort hands it back). kServe, kRefuse
+  // (*refusal says why): *lookup is untouched. own_push_pending (async
+  // only): the trainer's push of step-1 is still to come to this server.
+  LookupAction OnLookup(uint32_t trainer, uint64_t step, Lookup* lookup, Status* refusal,
+                        bool own_push_pending = false) {
     std::lock_guard<std::mutex> lock(mu_);
-    const LookupAction action = DecideLookupLocked(trainer, step, refusal);
-    if (action == LookupAction::kPark) parked_.push_back(std::move(*lookup));
+    LookupAction action = DecideLookupLocked(trainer, step, own_push_pending, refusal);
+    if (action == LookupAction::kPark) {
+      size_t parked = 0;
+      for (const Parked& p : parked_) parked += p.trainer == trainer;
+      if (parked >= kMaxParkedPerTrainer) {
+        *refusal = Status::ResourceExhausted("trainer " + std::to_string(trainer) + " has " + std::to_string(parked) +
+                                             " lookups waiting on this server, the most it may have");
+        return LookupAction::kRefuse;
+      }
+      parked_.push_back({trainer, step, std::move(*lookup)});
+    }
     return action;
   }
 
@@ -159,7 +181,24 @@ class StepGate : public StepGateBase {
   Released Applied(uint64_t step) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!MarkAppliedLocked(step)) return {};
-    return {Status::OK(), std::exchange(parked_, {})};
+    return {Status::OK(), TakeParkedLocked()};
+  }
+
+  // Async: trainer `trainer`'s push of `step` is applied, or will never be
+  // (refused, its context expired). Hands back that trainer's lookups of
+  // step+1, to serve.
+  Released OwnPushSettled(uint32_t trainer, uint64_t step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Released released;
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if (it->trainer == trainer && it->step == step + 1) {
+        released.lookups.push_back(std::move(it->lookup));
+        it = parked_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return released;
   }
 
   // Fails the gate with `reason` (ABORTED if OK) and drops the parked
@@ -168,7 +207,7 @@ class StepGate : public StepGateBase {
     std::lock_guard<std::mutex> lock(mu_);
     Status answer = FailLocked(reason);
     ClearPushesLocked();
-    return {std::move(answer), std::exchange(parked_, {})};
+    return {std::move(answer), TakeParkedLocked()};
   }
 
  private:
@@ -178,11 +217,25 @@ class StepGate : public StepGateBase {
     received_ = 0;
   }
 
+  std::vector<Lookup> TakeParkedLocked() {
+    std::vector<Lookup> lookups;
+    lookups.reserve(parked_.size());
+    for (Parked& p : parked_) lookups.push_back(std::move(p.lookup));
+    parked_.clear();
+    return lookups;
+  }
+
   // Sync: the pushes of step applied_steps(), by trainer rank, until all are in.
   std::vector<std::optional<Push>> step_pushes_;  // GUARDED_BY(mu_)
   int received_ = 0;                              // GUARDED_BY(mu_)
-  // Sync: lookups of step applied_steps() + 1.
-  std::vector<Lookup> parked_;  // GUARDED_BY(mu_)
+  // Sync: lookups of step applied_steps() + 1. Async: lookups waiting for
+  // their trainer's push of the step before.
+  struct Parked {
+    uint32_t trainer;
+    uint64_t step;
+    Lookup lookup;
+  };
+  std::vector<Parked> parked_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace tessera

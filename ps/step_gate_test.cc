@@ -119,6 +119,59 @@ TEST(StepGateTest, AsyncAppliesEachPushOnArrival) {
   EXPECT_TRUE(gate.WaitApplied(50, milliseconds(0)).ok());
 }
 
+// Async prefetch: a lookup whose trainer's push of the step before is still
+// to come (the server knows; the gate is told) waits for that push alone.
+TEST(StepGateTest, AsyncLookupWaitsForItsTrainersOwnPushOnly) {
+  Gate gate;
+  gate.Reset(Consistency::kAsync, 2, 0);
+  Status refusal;
+  std::string t0 = "t0 step 1";
+  EXPECT_EQ(gate.OnLookup(0, 1, &t0, &refusal, /*own_push_pending=*/true), LookupAction::kPark);
+  std::string t1 = "t1 step 1";
+  EXPECT_EQ(gate.OnLookup(1, 1, &t1, &refusal, true), LookupAction::kPark);
+  std::string t1_no_wait = "t1 step 4";
+  EXPECT_EQ(gate.OnLookup(1, 4, &t1_no_wait, &refusal, false), LookupAction::kServe);
+  EXPECT_EQ(t1_no_wait, "t1 step 4");  // served: the gate did not take it
+  // Another trainer's push, or another step's, releases nothing.
+  EXPECT_TRUE(gate.OwnPushSettled(2, 0).lookups.empty());
+  EXPECT_TRUE(gate.OwnPushSettled(0, 1).lookups.empty());
+  Gate::Released released = gate.OwnPushSettled(1, 0);
+  EXPECT_TRUE(released.status.ok());
+  EXPECT_EQ(released.lookups, std::vector<std::string>{"t1 step 1"});
+  EXPECT_TRUE(gate.OwnPushSettled(1, 0).lookups.empty());  // handed back once
+  EXPECT_EQ(gate.OwnPushSettled(0, 0).lookups, std::vector<std::string>{"t0 step 1"});
+  // A lookup far ahead is refused whether or not it would wait.
+  std::string far = "far";
+  EXPECT_EQ(gate.OnLookup(0, 1000, &far, &refusal, true), LookupAction::kRefuse);
+  EXPECT_EQ(refusal.code(), StatusCode::kInvalidArgument) << refusal;
+  // Sync mode ignores the flag: its own rule parks step t+1 for every trainer.
+  gate.Reset(Consistency::kSync, 2, 0);
+  std::string now = "now";
+  EXPECT_EQ(gate.OnLookup(0, 0, &now, &refusal, true), LookupAction::kServe);
+}
+
+// A client that keeps sending lookups that must wait fills no memory: a few
+// park, the rest are refused; the other trainers' are not affected.
+TEST(StepGateTest, ParkedLookupsPerTrainerAreBounded) {
+  for (Consistency mode : {Consistency::kSync, Consistency::kAsync}) {
+    Gate gate;
+    gate.Reset(mode, 2, 0);
+    Status refusal;
+    for (size_t i = 0; i < StepGateBase::kMaxParkedPerTrainer; ++i) {
+      std::string l = "retry " + std::to_string(i);
+      EXPECT_EQ(gate.OnLookup(0, 1, &l, &refusal, true), LookupAction::kPark) << i;
+    }
+    std::string more = "one more";
+    EXPECT_EQ(gate.OnLookup(0, 1, &more, &refusal, true), LookupAction::kRefuse);
+    EXPECT_EQ(refusal.code(), StatusCode::kResourceExhausted) << refusal;
+    EXPECT_NE(refusal.message().find("trainer 0"), std::string::npos) << refusal;
+    std::string other = "t1";
+    EXPECT_EQ(gate.OnLookup(1, 1, &other, &refusal, true), LookupAction::kPark) << ConsistencyName(mode);
+    // An abort hands every parked lookup back, to be answered.
+    EXPECT_EQ(gate.Abort(Status::OK()).lookups.size(), StepGateBase::kMaxParkedPerTrainer + 1);
+  }
+}
+
 // A trainer's own step far ahead (a forged or broken client on its
 // connection) is refused: accepted, it would make the trainer's real pushes
 // ALREADY_APPLIED for good. Within the bound, a step is taken as it comes.

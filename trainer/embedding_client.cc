@@ -332,7 +332,11 @@ Status EmbeddingClient::SendLookup(const KeyedJaggedTensor& kjt, LookupState* ou
                      req.lengths.size() * 4 + req.weights.size() * 4;
     st.bytes_received += static_cast<int64_t>(st.expected[p] * sizeof(float));
     st.routes[p] = std::move(req.routes);
-    LookupMeta meta{options_.trainer, (st.inference ? kLookupNoContext : 0u) | (ids32 ? kLookupIds32 : 0u), st.step};
+    // A training lookup sees this trainer's own pushes before it in async
+    // mode too: a prefetched one waits at the server for the push of the
+    // step computing now.
+    LookupMeta meta{options_.trainer,
+                    (st.inference ? kLookupNoContext : kLookupAfterOwnPush) | (ids32 ? kLookupIds32 : 0u), st.step};
     Message m = EncodeLookupRequest(meta, std::move(req.entries), std::move(req.lengths), std::move(req.ids),
                                     std::move(req.weights));
     m.header.plan_version = plan_.version;

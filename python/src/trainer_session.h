@@ -95,8 +95,8 @@ class TrainerSession {
   // are after every step so far, nothing created or opened.
   Status Lookup(const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* out);
   // Sends the lookup of the next step's batch now, so that its rows travel
-  // while this step computes (async jobs: the rows may miss this step's own
-  // update, a staleness of one step, as training.prefetch in C++). The next
+  // while this step computes; the servers answer it once this step's own
+  // update is applied (as training.prefetch in C++). The next
   // training Lookup must be of the same batch and gets them. Call it after
   // this step's Lookup. At a checkpoint boundary it sends nothing (the next
   // Lookup does, after the barrier).

@@ -234,10 +234,10 @@ class RemoteEmbeddings(torch.nn.Module):
 
     def prefetch(self, kjt) -> None:
         """Sends the lookup of the next training step's batch now, so that its
-        rows travel while this step computes. Sync jobs: the servers answer it
-        once this step's gradients are applied (exact); async: at once (a
-        staleness of one step). The next training forward must be of this
-        batch."""
+        rows travel while this step computes. The servers answer it once this
+        step's gradients are applied (sync jobs) or once this trainer's own
+        are (async), so it sees what a lookup sent after the push would. The
+        next training forward must be of this batch."""
         keys, batch, lengths, values, weights = self._arrays(kjt)
         self._agree_on_boundary()
         self.session.prefetch(keys, batch, lengths, values, weights)

@@ -584,12 +584,15 @@ def test_a_checkpoint_with_the_bare_bytes_of_save_state_still_resumes(tmp_path, 
             assert resumed.wait_master() != 0
 
 
-def test_prefetch_in_a_sync_job_gives_the_rows_of_a_job_without(local_job):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_prefetch_gives_the_rows_of_a_job_without(local_job, mode):
     # A prefetched lookup of step t+1 waits at the servers until step t is
-    # applied: the rows it brings are the updated ones, bit for bit.
+    # applied (sync), or until this trainer's own push of step t is (async):
+    # the rows it brings are the updated ones, bit for bit.
     def train(name, prefetch):
         config = job_config(name)
         config["tables"] = [t for t in config["tables"] if t["pooling"] != "NONE"]
+        config["training"]["consistency"] = mode
         job = local_job(config, num_ps=2)
         with tessera.init(master=job.address, insecure=True) as session:
             emb = tt.RemoteEmbeddings(session)
@@ -607,8 +610,8 @@ def test_prefetch_in_a_sync_job_gives_the_rows_of_a_job_without(local_job):
         assert job.wait_master() == 0, job.log("master")
         return seen, rows
 
-    plain_seen, plain_rows = train("python_sync_plain", prefetch=False)
-    ahead_seen, ahead_rows = train("python_sync_prefetch", prefetch=True)
+    plain_seen, plain_rows = train(f"python_{mode}_plain", prefetch=False)
+    ahead_seen, ahead_rows = train(f"python_{mode}_prefetch", prefetch=True)
     for step, (a, b) in enumerate(zip(plain_seen, ahead_seen)):
         for f in a:
             assert torch.equal(a[f], b[f]), f"step {step} feature {f}: prefetched lookup saw other rows"

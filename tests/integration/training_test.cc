@@ -46,7 +46,7 @@ double MeanLoss(const std::vector<json>& m, size_t begin, size_t end) {
 }
 
 // Every consistency mode learns: sync, async, and async with the next step's
-// lookups prefetched (a staleness of one step).
+// lookups prefetched (which wait at the servers for the trainer's own push).
 class LossFallsTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LossFallsTest, WithTwoServersAndTwoTrainers) {
