@@ -9,7 +9,7 @@
 #   W2: the same with 8 tables of 200,000 rows on 2 parameter servers
 #
 #   bench/e2e_bench.sh [--steps N] [--mode async|sync] [--prefetch] [--workloads "w1 w2"] [--repeats R] [--python]
-#                      [--torchrec_python PATH]
+#                      [--torchrec_python PATH] [--insecure]
 #
 # Every process runs on the OpenBLAS kernels the trainers run on (their
 # OPENBLAS_CORETYPE; printed at the start), the peers' torch included.
@@ -19,6 +19,11 @@
 # lookups, data or allreduce), one process per trainer side by side, and
 # prints Tessera's examples/s as a fraction of their sum (to stderr, and in
 # the JSONL as of_dense_only).
+#
+# Tessera's jobs run with the job's keys (CURVE on every socket, the sealed
+# allreduce), as scripts/launch_local.sh starts them; --insecure runs them on
+# plain TCP and Gloo's allreduce instead (the mode's label gains "+plain"), as
+# the peers run, to compare like for like without encryption.
 #
 # --python also runs each workload with PyTorch trainers (examples/dlrm_criteo.py
 # through tessera.torch, DDP over Gloo; docs/python.md) in the same run, and
@@ -52,6 +57,7 @@ PREFETCH=0
 WORKLOADS="w1 w2"
 REPEATS=1
 PYTHON=0
+INSECURE=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;
@@ -61,6 +67,7 @@ while [ $# -gt 0 ]; do
     --repeats) REPEATS="$2"; shift 2 ;;
     --python) PYTHON=1; shift ;;
     --torchrec_python) TORCHREC_PY="$2"; shift 2 ;;
+    --insecure) INSECURE=(--insecure); shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -82,6 +89,7 @@ if [ ! -e /usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3 ] && [ ! -e /us
 fi
 LABEL="$MODE"
 [ "$PREFETCH" = 1 ] && LABEL="$MODE+pf"
+[ ${#INSECURE[@]} -gt 0 ] && LABEL="$LABEL+plain"
 TARGETS=(--target tessera_master --target tessera_ps --target tessera_trainer --target tessera_dense_bench)
 [ "$PYTHON" = 1 ] && TARGETS+=(--target tessera_python)
 "$ROOT/scripts/build.sh" "${TARGETS[@]}" >/dev/null
@@ -104,7 +112,7 @@ c = json.load(open(sys.argv[1])); c["training"]["steps"] = int(sys.argv[3]); c["
 json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
   PYTHONPATH="${TESSERA_BUILD_DIR:-$ROOT/build}/python" \
-    "$ROOT/scripts/launch_local.sh" --ps "$ps" --trainers 2 --config "$cfg" --run_dir "$run" "${trainer[@]}" >/dev/null
+    "$ROOT/scripts/launch_local.sh" --ps "$ps" --trainers 2 --config "$cfg" --run_dir "$run" "${trainer[@]}" "${INSECURE[@]}" >/dev/null
   # The servers' compute (their threads' CPU time) per trainer step and per looked-up id (to stderr:
   # stdout is the examples/s).
   python3 - "$run/summary.json" "$w" >&2 <<'PY'
