@@ -913,6 +913,48 @@ TEST(ElasticTest, KilledServerWithReplicasInAsyncModeCostsNoRollback) {
   std::filesystem::remove_all(root);
 }
 
+// One trainer in async mode sees every update of its own before its next
+// lookup (a prefetched one waits at the server for its push), so its run is
+// as deterministic as a sync one: a server killed at a seeded step rolls the
+// job back, and it ends with the undisturbed run's parameters, bit for bit.
+TEST(ElasticTest, KilledServerInAsyncModeWithOneTrainerEndsLikeAnUndisturbedRun) {
+  auto job_of = [](const std::string& root) {
+    json job = Job(root);
+    job["training"]["consistency"] = "async";
+    return job;
+  };
+  auto config = ParseJobConfigJson(job_of(""), "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(config->training.prefetch);  // the default: what this test is about
+
+  const std::string undisturbed_root = TempRoot("async_one_undisturbed");
+  std::filesystem::remove_all(undisturbed_root);
+  testing::LocalCluster u("elastic_async_one_undisturbed");
+  ASSERT_TRUE(u.StartJob(job_of(undisturbed_root), 2, 1, {"--dump_dir", u.dir() + "/dump"}).ok());
+  ASSERT_EQ(u.Wait("master", milliseconds(120000)), 0) << u.Log("master");
+  auto want = testing::ReadDump(u.dir() + "/dump", *config);
+  ASSERT_TRUE(want.ok()) << want.status();
+  std::filesystem::remove_all(undisturbed_root);
+
+  const std::string root = TempRoot("async_one_kill");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_async_one_kill");
+  ASSERT_TRUE(c.StartJob(job_of(root), 2, 1, {"--dump_dir", c.dir() + "/dump"}).ok());
+  ASSERT_TRUE(c.WaitForSteps(0, SeededStep(kEvery + 5, kSteps / 2, 17), milliseconds(60000))) << c.Log("master");
+  c.Kill("ps1", SIGKILL);
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master") << c.Log("trainer0");
+  EXPECT_NE(c.Log("master").find("rolling back to step"), std::string::npos) << c.Log("master");
+  EXPECT_EQ(c.Wait("trainer0", milliseconds(20000)), 0) << c.Log("trainer0");
+  auto got = testing::ReadDump(c.dir() + "/dump", *config);
+  ASSERT_TRUE(got.ok()) << got.status();
+  std::string where;
+  const double diff = testing::MaxDifference(*want, *got, &where);
+  std::cout << "max |changed - undisturbed| = " << diff << " (" << where << ")\n";
+  EXPECT_EQ(diff, 0.0) << where;
+  EXPECT_GT(got->rows.at("rows").size(), 50u);
+  std::filesystem::remove_all(root);
+}
+
 TEST(ElasticTest, BadRemoveRequestsAreRefusedAndChangeNothing) {
   const std::string root = TempRoot("bad_remove");
   std::filesystem::remove_all(root);
