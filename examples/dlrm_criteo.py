@@ -223,8 +223,9 @@ def train(session, rank, world, metrics_file=None, log=print, dense_state=None, 
     batch = training["batch_size"]
     total = training.get("steps", 0) or training["epochs"] * tessera.steps_per_epoch(world, batch, data.num_examples)
     metrics = open(metrics_file, "w") if metrics_file else None
-    # training.prefetch: the next step's lookup travels while this one computes (sync: the servers
-    # answer it once this step is applied).
+    # training.prefetch (on unless the job turns it off): the next step's lookup travels while this
+    # one computes; the servers answer it once this step is applied (sync) or once this trainer's
+    # own push of it is (async).
     prefetch = training.get("prefetch", False)
     start = time.time()
     b = None
