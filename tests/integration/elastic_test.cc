@@ -75,6 +75,11 @@ const testing::Dump& Undisturbed(int64_t steps = kSteps) {
     testing::LocalCluster c("elastic_undisturbed_" + std::to_string(steps));
     EXPECT_TRUE(c.StartJob(Job(root, steps), 2, 2, {"--dump_dir", c.dir() + "/dump"}).ok());
     EXPECT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master");
+    // Every process ends by itself: a sanitized one reports at exit, and the
+    // cluster's teardown killing it then would cut its report short.
+    for (const char* p : {"ps0", "ps1", "trainer0", "trainer1"}) {
+      EXPECT_EQ(c.Wait(p, milliseconds(20000)), 0) << c.Log(p);
+    }
     auto job = ParseJobConfigJson(Job("", steps), "");
     auto d = testing::ReadDump(c.dir() + "/dump", *job);
     EXPECT_TRUE(d.ok()) << d.status();
