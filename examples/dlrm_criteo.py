@@ -78,7 +78,8 @@ class DenseDLRM(torch.nn.Module):
         x = dense
         for layer in self.bottom:
             x = torch.relu(layer(x))
-        x = torch.cat([x, pooled], dim=1)
+        # Without dense features (x is B x 0) the embeddings are the top MLP's input as they are: no copy.
+        x = pooled if x.shape[1] == 0 else torch.cat([x, pooled], dim=1)
         for i, layer in enumerate(self.top):
             x = layer(x)
             if i + 1 < len(self.top):
@@ -208,12 +209,14 @@ def train(session, rank, world, metrics_file=None, log=print, dense_state=None, 
             return model
         # Collectives time out as the C++ trainers' Gloo does (runtime.collective_timeout_ms).
         group.join(session.generation, job.get("runtime", {}).get("collective_timeout_ms", 120000) / 1000.0)
-        ddp = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
+        # The gradients live in DDP's buckets (no copy into a bucket and back each step).
+        ddp = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False, gradient_as_bucket_view=True)
         if sealed_ddp:
             # The gradients go through the session's collective, sealed in a job with keys, not torch's Gloo;
             # and the model DDP has just broadcast over Gloo is broadcast again through it, so what a
-            # stranger might have fed that broadcast is overwritten.
-            ddp.register_comm_hook(tt.SealedAllreduce(session), tt.sealed_allreduce_hook)
+            # stranger might have fed that broadcast is overwritten. Summed, not averaged: each trainer's
+            # loss is already divided by the whole global batch, as the C++ trainers divide theirs.
+            ddp.register_comm_hook(tt.SealedAllreduce(session, average=False), tt.sealed_allreduce_hook)
             tt.broadcast_module(model, session)
         return ddp
 
@@ -264,10 +267,10 @@ def train(session, rank, world, metrics_file=None, log=print, dense_state=None, 
             dense = dense_of_generation()
             step, b = rollback["step"], None
             continue
-        if world > 1:
+        if world > 1 and not sealed_ddp:
             # Each trainer's loss is already divided by the whole global batch (as the C++ trainers do), so the
-            # dense gradients are to be summed over trainers; DDP averaged them. (Exact for a power-of-two world.
-            # Not a DDP comm hook: torch 1.13 can deadlock at exit on a Python hook's callback.)
+            # dense gradients are to be summed over trainers; torch's DDP allreduce averaged them. (Exact for a
+            # power-of-two world.)
             for p in model.parameters():
                 p.grad.mul_(world)
         opt.step()

@@ -479,9 +479,15 @@ class SealedAllreduce:
                                tessera.torch.sealed_allreduce_hook)
     """
 
-    def __init__(self, session):
+    def __init__(self, session, average=True):
         import concurrent.futures
         self.session = session
+        # average=False: buckets are summed, not averaged. For a loss already
+        # divided by the global batch (as the C++ trainers divide theirs),
+        # that is the gradient itself, without a division here and a
+        # multiplication back in the training loop: two passes over every
+        # bucket less per step.
+        self.average = bool(average)
         # One thread: the sums run in the order the hook took their tickets.
         self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tessera-allreduce")
 
@@ -507,7 +513,8 @@ def sealed_allreduce_hook(state, bucket):
     gradients never cross torch's Gloo connections, which anyone who reaches
     a trainer's port could read or feed. The bucket is averaged as DDP's
     default hook averages it (divided by the world size, then summed), on
-    the state's thread while the backward goes on. CPU tensors only. DDP's
+    the state's thread while the backward goes on; or summed, with
+    SealedAllreduce(session, average=False). CPU tensors only. DDP's
     process group still carries what DDP sends besides gradients (the
     model's broadcast when DDP is built, which broadcast_module repeats
     sealed, and its buffers' unless broadcast_buffers=False)."""
@@ -517,7 +524,8 @@ def sealed_allreduce_hook(state, bucket):
     tensor = bucket.buffer()
     if tensor.device.type != "cpu":
         raise ValueError(f"sealed_allreduce_hook sums CPU tensors, not {tensor.device} ones")
-    tensor.div_(state.session.world)
+    if state.average:
+        tensor.div_(state.session.world)
     future = torch.futures.Future()
 
     def done(error):

@@ -363,7 +363,7 @@ def test_broadcast_module_makes_every_trainer_equal_to_src_bit_for_bit(tmp_path,
 def test_allreduce_sum_and_the_ddp_hook_sum_over_the_trainers(tmp_path, local_job, security):
     """session.allreduce_sum sums in place over the job's trainers (sealed
     with keys), tessera.torch.sealed_allreduce_hook averages a DDP bucket
-    through it, and arrays it cannot sum in place are refused."""
+    through it (or sums it, with average=False), and arrays it cannot sum in place are refused."""
     config = job_config("python_allreduce")
     config["tables"] = config["tables"][:1]
     keys = tmp_path / "keys" if security == "keys" else None
@@ -395,7 +395,11 @@ def test_allreduce_sum_and_the_ddp_hook_sum_over_the_trainers(tmp_path, local_jo
                 b = np.full(11, float(rank + 1), dtype=np.float32)
                 session.allreduce_sum(b)  # after the buckets' sums, though on this thread
                 done = [f.wait() for f in futures]
-                got[rank] = (a, done, buckets, b)
+                # average=False: summed, not averaged.
+                summed = torch.full((33,), float(rank + 1))
+                summed_done = tt.sealed_allreduce_hook(tt.SealedAllreduce(session, average=False),
+                                                       Bucket(summed)).wait()
+                got[rank] = (a, done, buckets, b, summed, summed_done)
                 with pytest.raises(TypeError, match="SealedAllreduce"):
                     tt.sealed_allreduce_hook(session, Bucket(buckets[0]))
                 # Tickets: one never taken, one used already; both refused at once, not waited for.
@@ -416,10 +420,11 @@ def test_allreduce_sum_and_the_ddp_hook_sum_over_the_trainers(tmp_path, local_jo
     run_ranks(trainer, errors)
     want = np.arange(100003, dtype=np.float32) * 3
     for rank in range(2):
-        a, done, buckets, b = got[rank]
+        a, done, buckets, b, summed, summed_done = got[rank]
         assert np.array_equal(a, want), f"rank {rank}"
         for d, t in zip(done, buckets):
             assert d is t and torch.equal(t, torch.full(t.shape, 1.5))  # (1 + 2) / 2, in the bucket's own tensor
+        assert summed_done is summed and torch.equal(summed, torch.full((33,), 3.0))  # 1 + 2
         assert np.array_equal(b, np.full(11, 3.0, dtype=np.float32))
     assert job.wait_master() == 0, job.log("master")
 
