@@ -4,7 +4,11 @@
 # TCP), one after the other, alternating, R times each; prints the median
 # examples/s of each and the ratio CURVE / plain (goal: >= 0.90).
 #
-#   bench/curve_bench.sh [--steps N] [--mode async|sync] [--workloads "w1 w2"] [--repeats R]
+#   bench/curve_bench.sh [--steps N] [--mode async|sync] [--workloads "w1 w2"] [--repeats R] [--qcomms fp32|bf16]
+#
+# --qcomms bf16 runs both settings with training.qcomms bf16 both ways (the
+# lookups' rows and the gradients as bfloat16 on the wire: half the bytes
+# CURVE encrypts for them).
 #
 # Alternating the two settings run by run spreads this shared machine's noise
 # over both; the ratio of medians is the figure to read.
@@ -14,12 +18,14 @@ STEPS=300
 MODE=async
 WORKLOADS="w1 w2"
 REPEATS=3
+QCOMMS=fp32
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;
     --mode) MODE="$2"; shift 2 ;;
     --workloads) WORKLOADS="$2"; shift 2 ;;
     --repeats) REPEATS="$2"; shift 2 ;;
+    --qcomms) QCOMMS="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -33,9 +39,10 @@ run() {  # workload security -> examples/s
   local w="$1" security="$2" ps=1 cfg="$OUT/$1.json" flags=()
   [ "$w" = w2 ] && ps=2
   [ "$security" = plain ] && flags=(--insecure)
-  python3 - "$ROOT/bench/configs/$w.json" "$cfg" "$((STEPS + 20))" "$MODE" <<'PY'
+  python3 - "$ROOT/bench/configs/$w.json" "$cfg" "$((STEPS + 20))" "$MODE" "$QCOMMS" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1])); c["training"]["steps"] = int(sys.argv[3]); c["training"]["consistency"] = sys.argv[4]
+c["training"]["qcomms"] = {"forward_precision": sys.argv[5], "backward_precision": sys.argv[5]}
 json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
   "$ROOT/scripts/launch_local.sh" --ps "$ps" --trainers 2 --config "$cfg" --run_dir "$OUT/run_${w}_$security" \
@@ -45,6 +52,7 @@ PY
 
 median() { tr ' ' '\n' | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
+echo "training.qcomms: $QCOMMS both ways"
 printf '%-4s %-6s %10s %10s %7s   %s\n' load mode curve plain ratio "runs (curve | plain)"
 for w in $WORKLOADS; do
   curve=() plain=()
@@ -59,7 +67,7 @@ for w in $WORKLOADS; do
   # ${a[*]// /, } would edit each element, not the joined list: join with IFS.
   curve_list=$(IFS=,; echo "${curve[*]}")
   plain_list=$(IFS=,; echo "${plain[*]}")
-  echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$MODE\", \"steps\": $STEPS, \"curve\": [$curve_list], \"plain\": [$plain_list], \"ratio\": $ratio}" | tee -a "$LAST" >>"$OUT/results.jsonl"
+  echo "{\"date\": \"$(date -I)\", \"workload\": \"$w\", \"mode\": \"$MODE\", \"qcomms\": \"$QCOMMS\", \"steps\": $STEPS, \"curve\": [$curve_list], \"plain\": [$plain_list], \"ratio\": $ratio}" | tee -a "$LAST" >>"$OUT/results.jsonl"
 done
 
 # The picture (Debian's python3-matplotlib; said when missing), drawn as

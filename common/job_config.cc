@@ -302,6 +302,8 @@ Status ParseData(const json& j, DataConfig* d, const std::string& base_dir) {
 
 }  // namespace
 
+const char* CommPrecisionName(CommPrecision p) { return p == CommPrecision::kBf16 ? "bf16" : "fp32"; }
+
 const char* RowRepliesName(RowReplies r) {
   switch (r) {
     case RowReplies::kAuto:
@@ -316,11 +318,33 @@ const char* RowRepliesName(RowReplies r) {
 
 namespace {
 
+Status ParsePrecision(const JsonFields& f, const char* key, CommPrecision* out) {
+  std::string name = CommPrecisionName(*out);
+  TESSERA_RETURN_IF_ERROR(f.String(key, &name, false));
+  if (name == "fp32") {
+    *out = CommPrecision::kFp32;
+  } else if (name == "bf16") {
+    *out = CommPrecision::kBf16;
+  } else {
+    return Status::InvalidArgument(std::string("training.qcomms.") + key + ": must be 'fp32' or 'bf16', got '" +
+                                   name + "'");
+  }
+  return Status::OK();
+}
+
+// TorchRec's QCommsConfig, by its field names.
+Status ParseQComms(const json& j, TrainingConfig* t) {
+  JsonFields f(j, "training.qcomms");
+  TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"forward_precision", "backward_precision"}));
+  TESSERA_RETURN_IF_ERROR(ParsePrecision(f, "forward_precision", &t->forward_precision));
+  return ParsePrecision(f, "backward_precision", &t->backward_precision);
+}
+
 Status ParseTraining(const json& j, TrainingConfig* t) {
   JsonFields f(j, "training");
   TESSERA_RETURN_IF_ERROR(f.OnlyKeys({"batch_size", "steps", "epochs", "dense_optimizer", "sparse_optimizer",
                                       "consistency", "prefetch", "row_replies", "plan_independent_pooling",
-                                      "allreduce_bucket_bytes", "seed",
+                                      "allreduce_bucket_bytes", "qcomms", "seed",
                                       "log_every", "eval_every"}));
   TESSERA_RETURN_IF_ERROR(f.Int("batch_size", &t->batch_size, true, 1, 1 << 24));
   TESSERA_RETURN_IF_ERROR(f.Int("steps", &t->steps, false, 0, kMaxI64));
@@ -360,6 +384,9 @@ Status ParseTraining(const json& j, TrainingConfig* t) {
   }
   TESSERA_RETURN_IF_ERROR(f.Bool("plan_independent_pooling", &t->plan_independent_pooling, false));
   TESSERA_RETURN_IF_ERROR(f.Int("allreduce_bucket_bytes", &t->allreduce_bucket_bytes, false, 0, kMaxI64));
+  const json* qcomms = nullptr;
+  TESSERA_RETURN_IF_ERROR(f.Object("qcomms", false, &qcomms));
+  if (qcomms != nullptr) TESSERA_RETURN_IF_ERROR(ParseQComms(*qcomms, t));
   int64_t seed = 0;
   TESSERA_RETURN_IF_ERROR(f.Int("seed", &seed, false, 0, kMaxI64));
   t->seed = static_cast<uint64_t>(seed);
@@ -823,6 +850,9 @@ json JobConfig::ToJson() const {
         {"row_replies", RowRepliesName(training.row_replies)},
         {"plan_independent_pooling", training.plan_independent_pooling},
         {"allreduce_bucket_bytes", training.allreduce_bucket_bytes},
+        {"qcomms",
+         {{"forward_precision", CommPrecisionName(training.forward_precision)},
+          {"backward_precision", CommPrecisionName(training.backward_precision)}}},
         {"seed", training.seed},
         {"log_every", training.log_every},
         {"eval_every", training.eval_every}}},

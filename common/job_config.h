@@ -151,6 +151,10 @@ struct DataConfig {
 enum class RowReplies { kAuto, kNever, kAlways };
 const char* RowRepliesName(RowReplies r);
 
+// How values travel (TorchRec's CommType names, lower case).
+enum class CommPrecision { kFp32, kBf16 };
+const char* CommPrecisionName(CommPrecision p);
+
 struct TrainingConfig {
   int64_t batch_size = 128;  // per trainer
   int64_t steps = 0;         // 0: run `epochs` epochs
@@ -177,6 +181,14 @@ struct TrainingConfig {
   // (trainer/bucketed_allreduce.h); 0: one allreduce after the backward. A
   // job setting, so every trainer cuts the same buckets.
   int64_t allreduce_bucket_bytes = 0;
+  // training.qcomms, TorchRec's quantized comms: the lookups' rows
+  // (forward) and the embeddings' gradients (backward) on the wire as
+  // bfloat16 instead of float32. Half the bytes, each value rounded to 8
+  // significant bits once as it is sent; the servers and trainers compute
+  // in float32. Off (fp32) unless the job asks: results then differ from an
+  // fp32 job's by that rounding.
+  CommPrecision forward_precision = CommPrecision::kFp32;
+  CommPrecision backward_precision = CommPrecision::kFp32;
   uint64_t seed = 0;
   int64_t log_every = 10;  // master prints progress every this many steps
   // Trainer 0 evaluates the held-out data (data.eval_path) after every this

@@ -51,6 +51,24 @@ TEST(JobConfigTest, PrefetchIsOnByDefaultInBothModes) {
   EXPECT_TRUE(prefetch("async", &yes));
 }
 
+// TorchRec's QCommsConfig: fp32 both ways unless the job asks.
+TEST(JobConfigTest, QuantizedCommsOnlyWhenAskedFor) {
+  json j = MinimalJob();
+  auto c = ParseJobConfigJson(j, "/base");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->training.forward_precision, CommPrecision::kFp32);
+  EXPECT_EQ(c->training.backward_precision, CommPrecision::kFp32);
+  j["training"]["qcomms"] = {{"backward_precision", "bf16"}};
+  c = ParseJobConfigJson(j, "/base");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->training.forward_precision, CommPrecision::kFp32);
+  EXPECT_EQ(c->training.backward_precision, CommPrecision::kBf16);
+  auto again = ParseJobConfigJson(c->ToJson(), "");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->training.backward_precision, CommPrecision::kBf16);
+  EXPECT_EQ(c->ToJson()["training"]["qcomms"]["forward_precision"], "fp32");
+}
+
 // NCCL's connections are in the clear: a job with keys uses them only when
 // its config says so.
 TEST(JobConfigTest, UnsealedNcclOnlyWhenAskedFor) {
@@ -174,6 +192,10 @@ TEST(JobConfigTest, ClearErrors) {
       {[](json& j) { j["model"]["top_mlp"] = {16, 2}; }, "must end with 1"},
       {[](json& j) { j["training"]["consistency"] = "eventual"; }, "training.consistency"},
       {[](json& j) { j["training"]["prefetch"] = "yes"; }, "training.prefetch"},
+      {[](json& j) { j["training"]["qcomms"] = {{"forward_precision", "fp16"}}; },
+       "training.qcomms.forward_precision: must be 'fp32' or 'bf16', got 'fp16'"},
+      {[](json& j) { j["training"]["qcomms"] = {{"precision", "bf16"}}; }, "training.qcomms.precision: unknown field"},
+      {[](json& j) { j["training"]["qcomms"] = "bf16"; }, "training.qcomms: must be a JSON object"},
       {[](json& j) { j["training"]["steps"] = 0; j["training"]["epochs"] = 0; }, "set steps or epochs"},
       {[](json& j) { j["data"]["source"] = "parquet"; }, "unknown source 'parquet'"},
       {[](json& j) { j["tables"].push_back(j["tables"][0]); }, "two tables are named 't'"},

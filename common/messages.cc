@@ -5,6 +5,7 @@
 #include <glog/logging.h>
 #include <nlohmann/json.hpp>
 
+#include "common/bfloat16.h"
 #include "common/json_fields.h"
 
 namespace tessera {
@@ -37,7 +38,7 @@ StatusOr<LookupRequest> DecodeLookupRequest(Message&& m) {
   TESSERA_RETURN_IF_ERROR(ReadStruct(r.source, 0, "lookup meta", &r.meta));
   TESSERA_RETURN_IF_ERROR(r.entries.Read(r.source, 1, "lookup entries"));
   TESSERA_RETURN_IF_ERROR(r.lengths.Read(r.source, 2, "lengths"));
-  if (r.meta.flags & ~(kLookupNoContext | kLookupIds32 | kLookupAfterOwnPush)) {
+  if (r.meta.flags & ~(kLookupNoContext | kLookupIds32 | kLookupAfterOwnPush | kLookupBf16Values)) {
     return Status::InvalidArgument("lookup meta has unknown flags " + std::to_string(r.meta.flags));
   }
   TESSERA_RETURN_IF_ERROR(r.meta.flags & kLookupIds32 ? r.ids.ReadWidened<uint32_t>(r.source, 3, "ids")
@@ -85,16 +86,35 @@ StatusOr<LookupRequest> DecodeLookupRequest(Message&& m) {
   return r;
 }
 
-Message EncodeLookupResponse(const Header& request, std::vector<float>&& values) {
+namespace {
+
+// A frame of `values` rounded to bfloat16, or as they are.
+void AddValues(Message* m, std::vector<float>&& values, bool bf16) {
+  if (!bf16) {
+    m->AddArray(std::move(values));
+    return;
+  }
+  std::vector<Bf16> narrow(values.size());
+  FloatsToBf16(values.data(), values.size(), narrow.data());
+  m->AddArray(std::move(narrow));
+}
+
+Status ReadValues(const Message& m, size_t index, const char* what, bool bf16, ArrayFrame<float>* out) {
+  return bf16 ? out->ReadWidened<Bf16>(m, index, what) : out->Read(m, index, what);
+}
+
+}  // namespace
+
+Message EncodeLookupResponse(const Header& request, std::vector<float>&& values, bool bf16) {
   Message m = MakeReply(request);
-  m.AddArray(std::move(values));
+  AddValues(&m, std::move(values), bf16);
   return m;
 }
 
-Status DecodeLookupResponse(const Message& m, size_t expected_values, ArrayFrame<float>* values) {
+Status DecodeLookupResponse(const Message& m, size_t expected_values, ArrayFrame<float>* values, bool bf16) {
   TESSERA_RETURN_IF_ERROR(StatusFromReply(m));
   TESSERA_RETURN_IF_ERROR(ExpectFrames(m, 1));
-  TESSERA_RETURN_IF_ERROR(values->Read(m, 0, "lookup values"));
+  TESSERA_RETURN_IF_ERROR(ReadValues(m, 0, "lookup values", bf16, values));
   if (values->size() != expected_values) {
     return Status::InvalidArgument("lookup reply has " + std::to_string(values->size()) + " values, expected " +
                                    std::to_string(expected_values));
@@ -106,7 +126,7 @@ Message EncodePushRequest(const PushMeta& meta, std::vector<PushEntry>&& entries
   Message m(Opcode::kPushGradients);
   m.AddStruct(meta);
   m.AddArray(std::move(entries));
-  m.AddArray(std::move(grads));
+  AddValues(&m, std::move(grads), (meta.flags & kPushBf16Grads) != 0);
   return m;
 }
 
@@ -116,7 +136,10 @@ StatusOr<PushRequest> DecodePushRequest(Message&& m) {
   r.source = std::move(m);
   TESSERA_RETURN_IF_ERROR(ReadStruct(r.source, 0, "push meta", &r.meta));
   TESSERA_RETURN_IF_ERROR(r.entries.Read(r.source, 1, "push entries"));
-  TESSERA_RETURN_IF_ERROR(r.grads.Read(r.source, 2, "gradients"));
+  if (r.meta.flags & ~kPushBf16Grads) {
+    return Status::InvalidArgument("push meta has unknown flags " + std::to_string(r.meta.flags));
+  }
+  TESSERA_RETURN_IF_ERROR(ReadValues(r.source, 2, "gradients", (r.meta.flags & kPushBf16Grads) != 0, &r.grads));
   uint64_t total = 0;
   for (const PushEntry& e : r.entries.span()) total += static_cast<uint64_t>(e.rows) * e.cols;
   if (total != r.grads.size()) {

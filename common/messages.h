@@ -7,7 +7,9 @@
 //     LookupMeta   := trainer:u32 flags:u32 step:u64
 //                     flags: bit 0 no_context (an inference lookup), bit 1
 //                     ids32 (Ids is uint32[]: every table of the job has at
-//                     most 2^32 rows, which halves the ids' bytes)
+//                     most 2^32 rows, which halves the ids' bytes), bit 2
+//                     after_own_push, bit 3 bf16 (the reply's Values are
+//                     bfloat16: training.qcomms.forward_precision)
 //     Entries      := LookupEntry[n]
 //     LookupEntry  := shard:u32 num_bags:u32 num_ids:u32 flags:u32
 //                     flags: bit 0 weighted (the entry has per-id weights),
@@ -25,13 +27,15 @@
 //     Weights      := float32[sum num_ids of weighted entries]
 //   LookupResponse := Header Values
 //     Values       := float32[sum over entries but context_only ones of
-//                     out_rows x shard_cols]
+//                     out_rows x shard_cols] (bfloat16[...] with bf16)
 //                     out_rows = the entry's non-empty bags, in bag order (pooled
 //                     table: an empty bag has no row) or num_ids (unpooled, or
 //                     a rows entry)
 //
 //   PushRequest    := Header(op=PUSH_GRADIENTS) PushMeta Entries Grads
 //     PushMeta     := trainer:u32 flags:u32 step:u64
+//                     flags: bit 0 bf16 (Grads are bfloat16:
+//                     training.qcomms.backward_precision)
 //     Entries      := PushEntry[n]; PushEntry := shard:u32 rows:u32 cols:u32 pad:u32
 //     Grads        := float32[sum rows x cols]  gradient of each output row the
 //                     lookup with the same (trainer, step) returned (so, pooled:
@@ -64,7 +68,7 @@ namespace tessera {
 
 struct LookupMeta {
   uint32_t trainer = 0;
-  uint32_t flags = 0;  // kLookupNoContext, kLookupIds32, kLookupAfterOwnPush
+  uint32_t flags = 0;  // kLookupNoContext, kLookupIds32, kLookupAfterOwnPush, kLookupBf16Values
   uint64_t step = 0;
 };
 // An inference lookup: no backward context is opened (evaluation).
@@ -77,6 +81,9 @@ inline constexpr uint32_t kLookupIds32 = 2;
 // step t+1 prefetched while step t computes). Sync mode parks such lookups
 // by its own rule. Without it a lookup is served on arrival.
 inline constexpr uint32_t kLookupAfterOwnPush = 4;
+// The reply's values travel as bfloat16 (training.qcomms.forward_precision):
+// half the bytes, rounded once by the server as it sends them.
+inline constexpr uint32_t kLookupBf16Values = 8;
 static_assert(sizeof(LookupMeta) == 16);
 
 inline constexpr uint32_t kEntryWeighted = 1;
@@ -105,9 +112,12 @@ static_assert(sizeof(LookupEntry) == 16);
 
 struct PushMeta {
   uint32_t trainer = 0;
-  uint32_t flags = 0;
+  uint32_t flags = 0;  // kPushBf16Grads
   uint64_t step = 0;
 };
+// The gradients travel as bfloat16 (training.qcomms.backward_precision),
+// rounded once by the trainer as it sends them.
+inline constexpr uint32_t kPushBf16Grads = 1;
 static_assert(sizeof(PushMeta) == 16);
 
 struct PushEntry {
@@ -139,9 +149,11 @@ Message EncodeLookupRequest(const LookupMeta& meta, std::vector<LookupEntry>&& e
 // sum_partial); sum of num_ids == ids; weights match.
 StatusOr<LookupRequest> DecodeLookupRequest(Message&& m);
 
-Message EncodeLookupResponse(const Header& request, std::vector<float>&& values);
-// Checks: one frame of exactly `expected_values` floats.
-Status DecodeLookupResponse(const Message& m, size_t expected_values, ArrayFrame<float>* values);
+// bf16: the values are rounded to bfloat16 (the request had kLookupBf16Values).
+Message EncodeLookupResponse(const Header& request, std::vector<float>&& values, bool bf16 = false);
+// Checks: one frame of exactly `expected_values` floats (bfloat16 values
+// with bf16, widened into `values`).
+Status DecodeLookupResponse(const Message& m, size_t expected_values, ArrayFrame<float>* values, bool bf16 = false);
 
 struct PushRequest {
   Message source;
@@ -150,8 +162,10 @@ struct PushRequest {
   ArrayFrame<float> grads;
 };
 
+// With kPushBf16Grads in meta.flags the gradients are rounded to bfloat16.
 Message EncodePushRequest(const PushMeta& meta, std::vector<PushEntry>&& entries, std::vector<float>&& grads);
-// Checks: 3 frames; sum of rows x cols == grads.
+// Checks: 3 frames; no unknown meta flags; sum of rows x cols == grads
+// (bfloat16 ones with kPushBf16Grads, widened into `grads`).
 StatusOr<PushRequest> DecodePushRequest(Message&& m);
 
 struct FetchMeta {

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/bfloat16.h"
 #include "common/json_fields.h"
 #include "common/wire_format.h"
 
@@ -113,19 +114,19 @@ TEST(MessagesTest, LookupIds32RoundTripsInHalfTheBytes) {
 
 TEST(MessagesTest, LookupUnknownMetaFlagsRefused) {
   Message m = Transmit(SampleLookup());
-  LookupMeta meta{3, 8, 42};
+  LookupMeta meta{3, 16, 42};
   m.frames[0] = zmq::message_t(&meta, sizeof(meta));
   auto r = DecodeLookupRequest(std::move(m));
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("unknown flags 8"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("unknown flags 16"), std::string::npos) << r.status();
   // The known ones pass.
   Message known = Transmit(SampleLookup());
-  meta.flags = kLookupNoContext | kLookupIds32 | kLookupAfterOwnPush;
+  meta.flags = kLookupNoContext | kLookupIds32 | kLookupAfterOwnPush | kLookupBf16Values;
   known.frames[0] = zmq::message_t(&meta, sizeof(meta));
   known.frames[3] = zmq::message_t(known.frames[3].size() / 2);  // ids as uint32
   auto k = DecodeLookupRequest(std::move(known));
   ASSERT_TRUE(k.ok()) << k.status();
-  EXPECT_EQ(k->meta.flags, kLookupNoContext | kLookupIds32 | kLookupAfterOwnPush);
+  EXPECT_EQ(k->meta.flags, kLookupNoContext | kLookupIds32 | kLookupAfterOwnPush | kLookupBf16Values);
 }
 
 TEST(MessagesTest, LookupWrongFrameCount) {
@@ -197,6 +198,46 @@ TEST(MessagesTest, PushRoundTripAndErrors) {
   EXPECT_EQ(r->grads.size(), 6u);
   Message bad = EncodePushRequest(PushMeta{}, {{2, 2, 3, 0}}, std::vector<float>(5, 0.0f));
   EXPECT_NE(DecodePushRequest(Transmit(bad)).status().message().find("announce 6"), std::string::npos);
+}
+
+TEST(MessagesTest, Bf16ValuesTravelInHalfTheBytesRoundedOnce) {
+  const std::vector<float> values = {1.0f, -3.14159f, 1e-30f, 0.1f, 1.00390625f, 7.0f};
+  Header req;
+  req.op = Opcode::kLookup;
+  Message reply = EncodeLookupResponse(req, std::vector<float>(values), /*bf16=*/true);
+  ASSERT_EQ(reply.frames.size(), 1u);
+  EXPECT_EQ(reply.frames[0].size(), values.size() * 2);
+  ArrayFrame<float> got;
+  ASSERT_TRUE(DecodeLookupResponse(Transmit(reply), values.size(), &got, true).ok());
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(got[i], Bf16BitsToFloat(FloatToBf16Bits(values[i]))) << i;
+  EXPECT_EQ(got[0], 1.0f);
+  EXPECT_NE(got[1], values[1]);
+  // Read as float32 (a receiver that did not ask for bfloat16): 6 x 2 bytes
+  // are 3 floats, not the 6 expected.
+  EXPECT_FALSE(DecodeLookupResponse(Transmit(reply), values.size(), &got, false).ok());
+  // An odd byte count is not bfloat16.
+  Message odd = MakeReply(req);
+  odd.AddBytes("abc", 3);
+  EXPECT_FALSE(DecodeLookupResponse(Transmit(odd), 1, &got, true).ok());
+
+  Message push = EncodePushRequest(PushMeta{1, kPushBf16Grads, 5}, {{2, 2, 3, 0}}, std::vector<float>(values));
+  EXPECT_EQ(push.frames[2].size(), values.size() * 2);
+  auto r = DecodePushRequest(Transmit(push));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->grads.size(), values.size());
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(r->grads[i], Bf16BitsToFloat(FloatToBf16Bits(values[i])));
+  // The flag and the bytes must agree: 6 bfloat16 values announced as 6 floats.
+  Message lying = Transmit(push);
+  PushMeta plain{1, 0, 5};
+  lying.frames[0] = zmq::message_t(&plain, sizeof(plain));
+  EXPECT_NE(DecodePushRequest(std::move(lying)).status().message().find("announce 6"), std::string::npos);
+}
+
+TEST(MessagesTest, PushUnknownMetaFlagsRefused) {
+  Message m = EncodePushRequest(PushMeta{1, 0, 5}, {{2, 2, 3, 0}}, std::vector<float>(6, 1.5f));
+  PushMeta meta{1, 2, 5};
+  m.frames[0] = zmq::message_t(&meta, sizeof(meta));
+  EXPECT_NE(DecodePushRequest(Transmit(m)).status().message().find("unknown flags"), std::string::npos);
 }
 
 TEST(MessagesTest, LookupResponseSizeChecked) {

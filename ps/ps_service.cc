@@ -554,7 +554,7 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
   }
   ++lookups_;
   ids_looked_up_ += static_cast<int64_t>(req.ids.size());
-  r.Reply(EncodeLookupResponse(req.source.header, std::move(values)));
+  r.Reply(EncodeLookupResponse(req.source.header, std::move(values), (req.meta.flags & kLookupBf16Values) != 0));
 }
 
 Status PsService::BoundContextsLocked(uint32_t trainer, uint64_t step, Gate::Released* released) {

@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "common/bfloat16.h"
 #include "common/control_messages.h"
 #include "common/messages.h"
 #include "common/rpc_client.h"
@@ -153,15 +154,15 @@ class PsServiceTest : public ::testing::Test {
     return m;
   }
   Message Push(uint32_t trainer, uint64_t step, uint32_t rows, uint32_t cols, std::vector<float> grads,
-               uint32_t shard = 0) {
-    Message m = EncodePushRequest(PushMeta{trainer, 0, step}, {PushEntry{shard, rows, cols, 0}}, std::move(grads));
+               uint32_t shard = 0, uint32_t flags = 0) {
+    Message m = EncodePushRequest(PushMeta{trainer, flags, step}, {PushEntry{shard, rows, cols, 0}}, std::move(grads));
     m.header.plan_version = plan_.version;
     return m;
   }
-  StatusOr<std::vector<float>> Values(StatusOr<Message> reply, size_t n) {
+  StatusOr<std::vector<float>> Values(StatusOr<Message> reply, size_t n, bool bf16 = false) {
     if (!reply.ok()) return reply.status();
     ArrayFrame<float> v;
-    TESSERA_RETURN_IF_ERROR(DecodeLookupResponse(*reply, n, &v));
+    TESSERA_RETURN_IF_ERROR(DecodeLookupResponse(*reply, n, &v, bf16));
     return std::vector<float>(v.span().begin(), v.span().end());
   }
   StatusOr<Message> Call(Message m) { return client_->CallSync(peer_, std::move(m), milliseconds(5000)); }
@@ -346,6 +347,44 @@ TEST_F(PsServiceTest, RowsEntriesReplyStoredRowsAndApplyTheirGradients) {
     }
     Stop();
   }
+}
+
+// training.qcomms: a lookup asking for bfloat16 gets the float32 reply
+// rounded once, and a bfloat16 push applies as a float32 push of the
+// rounded gradients would.
+TEST_F(PsServiceTest, Bf16LookupsAndPushesAreRoundedOnceWhereSent) {
+  Start("async", 1);
+  auto exact = Values(Call(Lookup(0, 0, {{1, 2, 2}, {7}}, 0, kLookupNoContext)), 8);
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  auto narrow = Values(Call(Lookup(0, 0, {{1, 2, 2}, {7}}, 0, kLookupBf16Values)), 8, /*bf16=*/true);
+  ASSERT_TRUE(narrow.ok()) << narrow.status();
+  int rounded = 0;
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ((*narrow)[i], Bf16BitsToFloat(FloatToBf16Bits((*exact)[i]))) << i;
+    rounded += (*narrow)[i] != (*exact)[i];
+  }
+  EXPECT_GT(rounded, 0);  // the initial rows are not all bfloat16 already
+
+  // Bag 1 is row 7 alone: its row gets exactly bag 1's gradient.
+  const std::vector<float> g = {0.1f, 0.3f, -0.7f, 1.0f, 0.2f, 0.6f, 1e-3f, -5.5f};
+  ASSERT_TRUE(Call(Push(0, 0, 2, 4, g, 0, kPushBf16Grads)).ok());
+  auto row7 = Values(Call(Lookup(0, 1, {{7}}, 0, kLookupNoContext)), 4);
+  ASSERT_TRUE(row7.ok()) << row7.status();
+  for (int c = 0; c < 4; ++c) {
+    const float q = Bf16BitsToFloat(FloatToBf16Bits(g[4 + c]));
+    EXPECT_EQ((*row7)[c], (*exact)[4 + c] - 0.5f * q) << c;
+  }
+  EXPECT_NE((*row7)[0], (*exact)[4] - 0.5f * g[4]);  // 0.2 is not a bfloat16
+  // A push whose flag says bfloat16 but whose bytes are float32's is refused
+  // by its size, and changes nothing.
+  ASSERT_TRUE(Call(Lookup(0, 2, {{7}})).ok());
+  Message lying = Push(0, 2, 1, 4, {1, 1, 1, 1});
+  PushMeta meta{0, kPushBf16Grads, 2};
+  lying.frames[0] = zmq::message_t(&meta, sizeof(meta));
+  EXPECT_EQ(Call(std::move(lying)).status().code(), StatusCode::kInvalidArgument);
+  auto unchanged = Values(Call(Lookup(0, 3, {{7}}, 0, kLookupNoContext)), 4);
+  ASSERT_TRUE(unchanged.ok());
+  EXPECT_EQ(*unchanged, *row7);
 }
 
 TEST_F(PsServiceTest, PushAppliesSgdOncePerRow) {

@@ -330,13 +330,15 @@ Status EmbeddingClient::SendLookup(const KeyedJaggedTensor& kjt, LookupState* ou
                        });
     st.bytes_sent += req.entries.size() * sizeof(LookupEntry) + req.ids.size() * (ids32 ? 4 : 8) +
                      req.lengths.size() * 4 + req.weights.size() * 4;
-    st.bytes_received += static_cast<int64_t>(st.expected[p] * sizeof(float));
+    st.bytes_received += static_cast<int64_t>(st.expected[p] * (options_.forward_bf16 ? 2 : 4));
     st.routes[p] = std::move(req.routes);
     // A training lookup sees this trainer's own pushes before it in async
     // mode too: a prefetched one waits at the server for the push of the
     // step computing now.
     LookupMeta meta{options_.trainer,
-                    (st.inference ? kLookupNoContext : kLookupAfterOwnPush) | (ids32 ? kLookupIds32 : 0u), st.step};
+                    (st.inference ? kLookupNoContext : kLookupAfterOwnPush) | (ids32 ? kLookupIds32 : 0u) |
+                        (options_.forward_bf16 ? kLookupBf16Values : 0u),
+                    st.step};
     Message m = EncodeLookupRequest(meta, std::move(req.entries), std::move(req.lengths), std::move(req.ids),
                                     std::move(req.weights));
     m.header.plan_version = plan_.version;
@@ -390,7 +392,7 @@ Status EmbeddingClient::FinishLookup(FeatureOutputs* out) {
     for (size_t p = 0; p < st.futures.size(); ++p) {
       auto reply = st.futures[p].Wait();
       ArrayFrame<float> values;
-      Status status = reply.ok() ? DecodeLookupResponse(*reply, st.expected[p], &values) : reply.status();
+      Status status = reply.ok() ? DecodeLookupResponse(*reply, st.expected[p], &values, options_.forward_bf16) : reply.status();
       if (!status.ok()) {
         if (first_error.ok()) first_error = status.WithContext("lookup on parameter server " + std::to_string(p));
         continue;
@@ -529,8 +531,10 @@ void EmbeddingClient::SendPush(const FeatureGrads& grads) {
         r.rows->Unpool(pool_scratch_.data(), cols, r.out_rows, values.data() + bag_grads);
       }
     }
-    last_push_bytes_ += static_cast<int64_t>(entries.size() * sizeof(PushEntry) + values.size() * sizeof(float));
-    Message m = EncodePushRequest(PushMeta{options_.trainer, 0, current_.step}, std::move(entries), std::move(values));
+    last_push_bytes_ += static_cast<int64_t>(entries.size() * sizeof(PushEntry) +
+                                             values.size() * (options_.backward_bf16 ? 2 : 4));
+    const PushMeta meta{options_.trainer, options_.backward_bf16 ? kPushBf16Grads : 0u, current_.step};
+    Message m = EncodePushRequest(meta, std::move(entries), std::move(values));
     m.header.plan_version = plan_.version;
     futures.push_back(client_->Call(ps_peers_[p], std::move(m), options_.timeout));
   }

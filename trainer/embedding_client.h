@@ -54,6 +54,10 @@ struct EmbeddingClientOptions {
   // training.plan_independent_pooling: a pooled feature split by rows comes
   // back as rows and is pooled here over whole bags.
   bool plan_independent_pooling = false;
+  // training.qcomms: lookups' rows come back (forward) and gradients go out
+  // (backward) as bfloat16, half the bytes, rounded once where they are sent.
+  bool forward_bf16 = false;
+  bool backward_bf16 = false;
 };
 
 // Per feature in model order: pooled [B x dim] or unpooled [num_ids x dim].

@@ -299,6 +299,8 @@ EmbeddingClientOptions TrainerMember::ClientOptions(const JobConfig& job, int64_
   eo.timeout = milliseconds(job.runtime.rpc_timeout_ms);
   eo.row_replies = job.training.row_replies;
   eo.plan_independent_pooling = job.training.plan_independent_pooling;
+  eo.forward_bf16 = job.training.forward_precision == CommPrecision::kBf16;
+  eo.backward_bf16 = job.training.backward_precision == CommPrecision::kBf16;
   if (job.cluster.replicas >= 2) {
     eo.reroute = [this, generation](const Status& why) { return FollowPromotion(generation, why); };
     eo.plan_replaced = [this, generation] { return master_generation_.load() > *generation; };

@@ -97,6 +97,9 @@ void WriteMessages(SeedWriter* w) {
   w->Write("fuzz_push_request", "empty", JoinFrames(EncodePushRequest(PushMeta{}, {}, {}).frames));
   w->Write("fuzz_push_request", "short_grads",
            JoinFrames(EncodePushRequest(PushMeta{}, {{0, 2, 2, 0}}, {1, 2, 3}).frames));
+  w->Write("fuzz_push_request", "bf16_grads",
+           JoinFrames(EncodePushRequest(PushMeta{1, kPushBf16Grads, 7}, {{0, 2, 3, 0}}, {1, -2, 0.1f, 3, 1e-3f, 5})
+                          .frames));
 
   Header request;
   request.op = Opcode::kLookup;
@@ -107,6 +110,8 @@ void WriteMessages(SeedWriter* w) {
     return std::string(prefix, sizeof(prefix)) + JoinFrames(m.frames);
   };
   w->Write("fuzz_lookup_response", "four_values", response(0, 4, EncodeLookupResponse(request, {1, 2, 3, 4})));
+  w->Write("fuzz_lookup_response", "bf16_values",
+           response(0x80, 4, EncodeLookupResponse(request, {1, 0.1f, -3, 7}, /*bf16=*/true)));
   w->Write("fuzz_lookup_response", "plan_changed",
            response(static_cast<uint8_t>(StatusCode::kPlanChanged), 0,
                     MakeErrorReply(request, Status::PlanChanged("plan version 2 is gone"))));

@@ -151,6 +151,42 @@ TEST(TrainingTest, RowRepliesEndTheSyncJobBitForBitAsPooledReplies) {
   EXPECT_EQ(runs["auto"].losses, runs["never"].losses);
 }
 
+// training.qcomms: rows and gradients as bfloat16 halve the values' bytes of
+// every lookup reply, and the job learns as the float32 one does, though
+// not bit for bit (each value rounded where it is sent).
+TEST(TrainingTest, Bf16CommsHalveTheRepliesAndTheJobLearnsAsWithFp32) {
+  std::map<std::string, std::vector<json>> metrics;  // trainer 0's, per precision
+  for (const char* precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    json job = SyntheticJob(300, 2, 2);
+    job["training"]["qcomms"] = {{"forward_precision", precision}, {"backward_precision", precision}};
+    testing::LocalCluster c(std::string("qcomms_") + precision);
+    ASSERT_TRUE(c.StartJob(job, 2, 2).ok());
+    ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master") << c.Log("trainer0");
+    for (const char* p : {"ps0", "ps1", "trainer0", "trainer1"}) {
+      EXPECT_EQ(c.Wait(p, milliseconds(10000)), 0) << p << ":\n" << c.Log(p);
+    }
+    metrics[precision] = c.Metrics(0);
+    ASSERT_EQ(metrics[precision].size(), 300u);
+  }
+  const auto& fp32 = metrics["fp32"];
+  const auto& bf16 = metrics["bf16"];
+  bool differs = false;
+  for (size_t s = 0; s < fp32.size(); ++s) {
+    // The same batches take the same routes: only the values' width changed.
+    const int64_t wide = fp32[s].at("lookup_bytes_received").get<int64_t>();
+    ASSERT_GT(wide, 0);
+    EXPECT_EQ(bf16[s].at("lookup_bytes_received").get<int64_t>() * 2, wide) << "step " << s;
+    EXPECT_EQ(bf16[s].at("lookup_bytes_sent"), fp32[s].at("lookup_bytes_sent")) << "step " << s;
+    differs = differs || bf16[s].at("loss") != fp32[s].at("loss");
+  }
+  EXPECT_TRUE(differs) << "no step's loss changed: were the values rounded at all?";
+  const double first = MeanLoss(bf16, 0, 10), last = MeanLoss(bf16, 280, 300), last_fp32 = MeanLoss(fp32, 280, 300);
+  std::cout << "bf16: loss " << first << " -> " << last << "; fp32 ends at " << last_fp32 << "\n";
+  EXPECT_LT(last, 0.75 * first);
+  EXPECT_NEAR(last, last_fp32, 0.03 * last_fp32);
+}
+
 TEST(TrainingTest, StuckTrainerThatHeartbeatsEndsTheJobNamingIt) {
   testing::LocalCluster cluster("stuck_trainer");
   json job = SyntheticJob(1000000, 1, 2);
