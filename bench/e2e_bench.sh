@@ -9,7 +9,7 @@
 #   W2: the same with 8 tables of 200,000 rows on 2 parameter servers
 #
 #   bench/e2e_bench.sh [--steps N] [--mode async|sync] [--prefetch] [--workloads "w1 w2"] [--repeats R] [--python]
-#                      [--torchrec_python PATH] [--insecure]
+#                      [--torchrec_python PATH] [--insecure] [--qcomms bf16]
 #
 # Every process runs on the OpenBLAS kernels the trainers run on (their
 # OPENBLAS_CORETYPE; printed at the start), the peers' torch included.
@@ -23,7 +23,10 @@
 # Tessera's jobs run with the job's keys (CURVE on every socket, the sealed
 # allreduce), as scripts/launch_local.sh starts them; --insecure runs them on
 # plain TCP and Gloo's allreduce instead (the mode's label gains "+plain"), as
-# the peers run, to compare like for like without encryption.
+# the peers run, to compare like for like without encryption. --qcomms bf16
+# runs them with training.qcomms bf16 both ways (rows and gradients as
+# bfloat16 on the wire; the label gains "+bf16"): not like for like with the
+# peers, which send float32.
 #
 # --python also runs each workload with PyTorch trainers (examples/dlrm_criteo.py
 # through tessera.torch, DDP over Gloo; docs/python.md) in the same run, and
@@ -58,6 +61,7 @@ WORKLOADS="w1 w2"
 REPEATS=1
 PYTHON=0
 INSECURE=()
+QCOMMS=fp32
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;
@@ -68,6 +72,7 @@ while [ $# -gt 0 ]; do
     --python) PYTHON=1; shift ;;
     --torchrec_python) TORCHREC_PY="$2"; shift 2 ;;
     --insecure) INSECURE=(--insecure); shift ;;
+    --qcomms) QCOMMS="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -90,6 +95,7 @@ fi
 LABEL="$MODE"
 [ "$PREFETCH" = 1 ] && LABEL="$MODE+pf"
 [ ${#INSECURE[@]} -gt 0 ] && LABEL="$LABEL+plain"
+[ "$QCOMMS" = fp32 ] || LABEL="$LABEL+$QCOMMS"
 TARGETS=(--target tessera_master --target tessera_ps --target tessera_trainer --target tessera_dense_bench)
 [ "$PYTHON" = 1 ] && TARGETS+=(--target tessera_python)
 "$ROOT/scripts/build.sh" "${TARGETS[@]}" >/dev/null
@@ -106,9 +112,10 @@ tessera_run() {  # workload [python] -> examples/s
     trainer=(--trainer_cmd "$ROOT/examples/dlrm_criteo.py")
   fi
   [ "$w" = w2 ] && ps=2
-  python3 - "$ROOT/bench/configs/$w.json" "$cfg" "$((STEPS + 20))" "$MODE" "$PREFETCH" <<'PY'
+  python3 - "$ROOT/bench/configs/$w.json" "$cfg" "$((STEPS + 20))" "$MODE" "$PREFETCH" "$QCOMMS" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1])); c["training"]["steps"] = int(sys.argv[3]); c["training"]["consistency"] = sys.argv[4]; c["training"]["prefetch"] = sys.argv[5] == "1"
+c["training"]["qcomms"] = {"forward_precision": sys.argv[6], "backward_precision": sys.argv[6]}
 json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
   PYTHONPATH="${TESSERA_BUILD_DIR:-$ROOT/build}/python" \
