@@ -240,6 +240,31 @@ def test_two_trainers_in_sync_mode_see_each_others_updates(local_job):
     assert job.wait_master() == 0, job.log("master")
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_bf16_job_gives_python_rows_rounded_to_bfloat16(local_job, precision):
+    """training.qcomms reaches Python trainers through the job: with bf16
+    every value a table-wise lookup returns is a bfloat16 (its low 16 bits
+    zero) in a float32 tensor; with fp32 the rows are as stored."""
+    config = job_config(f"python_qcomms_{precision}")
+    config["tables"] = config["tables"][:4]  # one of each pooling, table-wise: no partial sums on the trainer
+    config["training"]["qcomms"] = {"forward_precision": precision, "backward_precision": precision}
+    job = local_job(config, num_ps=1, num_trainers=1)
+    with tessera.init(master=job.address, rank=0, world=1, insecure=True) as session:
+        assert session.job["training"]["qcomms"]["forward_precision"] == precision
+        emb = tt.RemoteEmbeddings(session)
+        rng = np.random.default_rng(5)
+        F = len(emb.features)
+        kjt = make_kjt(emb.features, [[2, 1, 3]] * F, rng, {emb.features[2]})
+        outs = emb(kjt)
+        low_bits = [int((o.detach().numpy().view(np.uint32) & 0xFFFF).max()) for o in outs.values()]
+        if precision == "bf16":
+            assert low_bits == [0] * F, low_bits
+        else:
+            assert all(b > 0 for b in low_bits), low_bits  # uniform(-0.1, 0.1) rows are not bfloat16s
+        sum(o.sum() for o in outs.values()).backward()
+    assert job.wait_master() == 0, job.log("master")
+
+
 def train_one_step(session):
     """One training step of one id per feature, lookup and push."""
     emb = tt.RemoteEmbeddings(session)
