@@ -21,7 +21,8 @@ uint16_t NearestByDefinition(float f) {
   const double d = std::fabs(static_cast<double>(Bf16BitsToFloat(down)));
   // `up` past the largest finite is infinity: its distance is that of the
   // next power of two, as IEEE rounding takes it.
-  const double u_val = (up & 0x7f80u) == 0x7f80u ? std::ldexp(1.0, 128) : std::fabs(static_cast<double>(Bf16BitsToFloat(up)));
+  const double u_val =
+      (up & 0x7f80u) == 0x7f80u ? std::ldexp(1.0, 128) : std::fabs(static_cast<double>(Bf16BitsToFloat(up)));
   if (x - d < u_val - x) return down;
   if (x - d > u_val - x) return up;
   return (down & 1u) ? up : down;

@@ -392,7 +392,8 @@ Status EmbeddingClient::FinishLookup(FeatureOutputs* out) {
     for (size_t p = 0; p < st.futures.size(); ++p) {
       auto reply = st.futures[p].Wait();
       ArrayFrame<float> values;
-      Status status = reply.ok() ? DecodeLookupResponse(*reply, st.expected[p], &values, options_.forward_bf16) : reply.status();
+      Status status =
+          reply.ok() ? DecodeLookupResponse(*reply, st.expected[p], &values, options_.forward_bf16) : reply.status();
       if (!status.ok()) {
         if (first_error.ok()) first_error = status.WithContext("lookup on parameter server " + std::to_string(p));
         continue;
