@@ -431,6 +431,18 @@ TEST(RpcClientTest, DescribeLinkCountsTheCallsWaitingForTheirReply) {
   }
   EXPECT_NE(described.find("2 call(s) sent and waiting for a reply, 0 not yet taken"), std::string::npos)
       << described;
+  // Sent is not yet received: the server may still be reading them (slowly,
+  // under the sanitizers), and a call answered before it arrives would wait
+  // out its deadline.
+  size_t arrived = 0;
+  for (int i = 0; i < 500 && arrived < 2; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      arrived = held.size();
+    }
+    if (arrived < 2) std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_EQ(arrived, 2u);
   {
     std::lock_guard<std::mutex> lock(mu);
     for (Responder& r : held) r.ReplyOk();
