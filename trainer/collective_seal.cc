@@ -138,23 +138,42 @@ void CollectiveSeal::Seal(int from, int to, uint64_t counter, const Place& place
 
 bool CollectiveSeal::Open(int from, int to, uint64_t counter, const Place& place, const uint8_t* sealed, size_t bytes,
                           void* plain) const {
+  auto* m = static_cast<uint8_t*>(plain);
+  // Decrypted in place: each piece lands where it belongs, nothing to take.
+  return Decrypt(from, to, counter, place, sealed, bytes, [m](size_t offset) { return m + offset; },
+                 std::min(kMaxPiece, std::max<size_t>(bytes, 1)), nullptr);
+}
+
+bool CollectiveSeal::OpenInPieces(int from, int to, uint64_t counter, const Place& place, const uint8_t* sealed,
+                                  size_t bytes, uint8_t* scratch, size_t piece,
+                                  const std::function<void(size_t, const uint8_t*, size_t)>& take) const {
+  CHECK_GT(piece, 0u);
+  return Decrypt(from, to, counter, place, sealed, bytes, [scratch](size_t) { return scratch; },
+                 std::min(kMaxPiece, piece), &take);
+}
+
+bool CollectiveSeal::Decrypt(int from, int to, uint64_t counter, const Place& place, const uint8_t* sealed,
+                             size_t bytes, const std::function<uint8_t*(size_t offset)>& where, size_t piece,
+                             const std::function<void(size_t, const uint8_t*, size_t)>* take) const {
   const auto nonce = Nonce(from, to, counter);
   const auto ad = Associated(place);
   CipherCtx c;
   int n = 0;
   if (EVP_DecryptInit_ex(c.ctx, EvpCipher(cipher_), nullptr, key_.data(), nonce.data()) != 1) return false;
   if (EVP_DecryptUpdate(c.ctx, nullptr, &n, ad.data(), static_cast<int>(ad.size())) != 1) return false;
-  auto* m = static_cast<unsigned char*>(plain);
   for (size_t done = 0; done < bytes;) {
-    const size_t piece = std::min(kMaxPiece, bytes - done);
-    if (EVP_DecryptUpdate(c.ctx, m + done, &n, sealed + done, static_cast<int>(piece)) != 1) return false;
-    done += piece;
+    const size_t len = std::min(piece, bytes - done);
+    uint8_t* out = where(done);
+    if (EVP_DecryptUpdate(c.ctx, out, &n, sealed + done, static_cast<int>(len)) != 1) return false;
+    if (take != nullptr) (*take)(done, out, len);
+    done += len;
   }
   // The tag is read-only to us; OpenSSL's control call takes it non-const.
   unsigned char tag[kTagBytes];
   std::memcpy(tag, sealed + bytes, kTagBytes);
   if (EVP_CIPHER_CTX_ctrl(c.ctx, EVP_CTRL_AEAD_SET_TAG, static_cast<int>(kTagBytes), tag) != 1) return false;
-  return EVP_DecryptFinal_ex(c.ctx, m + bytes, &n) == 1;
+  unsigned char final_block[16];  // stream ciphers: nothing is left to write
+  return EVP_DecryptFinal_ex(c.ctx, final_block, &n) == 1;
 }
 
 }  // namespace tessera

@@ -29,6 +29,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -87,8 +88,25 @@ class CollectiveSeal {
   bool Open(int from, int to, uint64_t counter, const Place& place, const uint8_t* sealed, size_t bytes,
             void* plain) const;
 
+  // Opens the same message a piece at a time, so that a caller who adds
+  // what it receives into a sum reads each piece from `scratch` [piece]
+  // while it is still in the core's cache, instead of writing the whole
+  // plaintext out and reading it back. `take(offset, plain, n)` sees the
+  // pieces in order, before the tag is checked: what the caller makes of
+  // them is unauthenticated until this returns true, and must be thrown
+  // away when it returns false.
+  bool OpenInPieces(int from, int to, uint64_t counter, const Place& place, const uint8_t* sealed, size_t bytes,
+                    uint8_t* scratch, size_t piece,
+                    const std::function<void(size_t offset, const uint8_t* plain, size_t n)>& take) const;
+
  private:
   CollectiveSeal() = default;
+
+  // Decrypts piece by piece into where(offset), handing each piece to
+  // *take when there is one, then checks the tag.
+  bool Decrypt(int from, int to, uint64_t counter, const Place& place, const uint8_t* sealed, size_t bytes,
+               const std::function<uint8_t*(size_t offset)>& where, size_t piece,
+               const std::function<void(size_t, const uint8_t*, size_t)>* take) const;
 
   Cipher cipher_ = Cipher::kChaCha20Poly1305;
   std::array<uint8_t, 32> key_{};

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,45 @@ TEST_P(CollectiveSealTest, AnotherSecretNameOrSessionGivesAnotherKey) {
   other[1][0] ^= 1;
   EXPECT_FALSE(Opens(Make(kSecret, "gloo/job/g1", other), 0, 1, 0, place, s, &out)) << "another session";
   EXPECT_TRUE(Opens(Make(kSecret, "gloo/job/g1", c), 0, 1, 0, place, s, &out));
+}
+
+TEST_P(CollectiveSealTest, OpenedInPiecesAsWhole) {
+  const std::vector<std::string> c = Contributions(2, GetParam());
+  const CollectiveSeal a = Make(kSecret, "gloo/job/g1", c);
+  const std::vector<float> v = Floats(1001);
+  const CollectiveSeal::Place place{2002, 1, 0};
+  const Sealed s = SealOf(a, 1, 0, 3, place, v);
+  const size_t bytes = v.size() * sizeof(float);
+  for (size_t piece : {size_t{1}, size_t{7}, size_t{64}, size_t{4000}, bytes, bytes + 5}) {
+    std::vector<uint8_t> scratch(piece);
+    std::vector<uint8_t> got;
+    size_t pieces = 0;
+    const auto take = [&](size_t offset, const uint8_t* plain, size_t n) {
+      EXPECT_EQ(offset, got.size()) << "pieces in order, none left out";
+      EXPECT_LE(n, piece);
+      EXPECT_EQ(plain, scratch.data());
+      got.insert(got.end(), plain, plain + n);
+      ++pieces;
+    };
+    ASSERT_TRUE(a.OpenInPieces(1, 0, 3, place, s.bytes.data(), bytes, scratch.data(), piece, take)) << piece;
+    ASSERT_EQ(got.size(), bytes);
+    EXPECT_EQ(std::memcmp(got.data(), v.data(), bytes), 0) << piece;
+    EXPECT_EQ(pieces, (bytes + piece - 1) / piece);
+
+    // Damage after the last piece (in the tag) and in the first: every
+    // piece is still handed over, and the whole is refused.
+    for (size_t byte : {s.bytes.size() - 1, size_t{0}}) {
+      Sealed damaged = s;
+      damaged.bytes[byte] ^= 0x01;
+      got.clear();
+      pieces = 0;
+      EXPECT_FALSE(a.OpenInPieces(1, 0, 3, place, damaged.bytes.data(), bytes, scratch.data(), piece, take))
+          << piece << " byte " << byte;
+    }
+    got.clear();
+    EXPECT_FALSE(a.OpenInPieces(1, 0, 4, place, s.bytes.data(), bytes, scratch.data(), piece, take))
+        << "another counter";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ciphers, CollectiveSealTest, testing::Values(char{1}, char{0}),

@@ -209,7 +209,9 @@ TEST(SealedGlooCollectiveTest, AStrangersPartIsRefusedAndChangesNothing) {
                           [&](int r) { return r == 2 ? stranger : kTrainerSecret; });
   for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(opened[r].ok()) << "rank " << r << ": " << opened[r].status();
 
-  const size_t n = 3000;
+  // Chunks of 10,000 floats: what rank 0 receives opens in several pieces,
+  // added into its sum before the tag is checked at the end.
+  const size_t n = 30000;
   std::vector<std::vector<float>> data(kWorld, std::vector<float>(n));
   for (int r = 0; r < kWorld; ++r) {
     for (size_t i = 0; i < n; ++i) data[r][i] = IntValue(r, i, 0);

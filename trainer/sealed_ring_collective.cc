@@ -1,6 +1,7 @@
 #include "trainer/sealed_ring_collective.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -56,21 +57,31 @@ class SealedRingCollective final : public Collective {
   size_t ChunkSize(size_t n, int c) const { return ChunkBegin(n, c + 1) - ChunkBegin(n, c); }
   int Mod(int x) const { return ((x % world_size()) + world_size()) % world_size(); }
 
+  // The sum is made in acc_ and copied into `data` only once every message
+  // has opened, so a refused or failed sum leaves the gradients as they
+  // were. `data` is only read meanwhile: the first message sends this
+  // rank's own chunk from it, and each chunk received in the reduce-scatter
+  // is added to `data`'s (which no step has touched) into acc_. Every chunk
+  // of acc_ is written before it is read, so it needs no copy of `data`.
   Status Sum(std::span<float> data) {
+    if (world_size() == 1) return Status::OK();
     const size_t n = data.size();
     const int rank = options_.rank;
-    acc_.assign(data.begin(), data.end());
+    acc_.resize(n);
     const size_t max_chunk = ChunkSize(n, world_size() - 1);  // the last chunk is the largest
     EnsureBuffers(max_chunk);
 
     // Reduce-scatter: after step s, this rank's chunk rank - s - 1 holds
     // s + 2 ranks' sum; after W - 1 steps, chunk rank + 1 holds all.
     for (int s = 0; s < world_size() - 1; ++s) {
-      TESSERA_RETURN_IF_ERROR(Exchange(n, /*phase=*/0, Mod(rank - s), Mod(rank - s - 1), /*add=*/true));
+      const float* send_from = s == 0 ? data.data() : acc_.data();
+      TESSERA_RETURN_IF_ERROR(
+          Exchange(n, /*phase=*/0, Mod(rank - s), send_from, Mod(rank - s - 1), /*add_to=*/data.data()));
     }
     // All-gather: each finished chunk travels once round the ring.
     for (int s = 0; s < world_size() - 1; ++s) {
-      TESSERA_RETURN_IF_ERROR(Exchange(n, /*phase=*/1, Mod(rank + 1 - s), Mod(rank - s), /*add=*/false));
+      TESSERA_RETURN_IF_ERROR(
+          Exchange(n, /*phase=*/1, Mod(rank + 1 - s), acc_.data(), Mod(rank - s), /*add_to=*/nullptr));
     }
     std::memcpy(data.data(), acc_.data(), n * sizeof(float));
     return Status::OK();
@@ -83,14 +94,15 @@ class SealedRingCollective final : public Collective {
     recv_ub_.reset();
     send_buf_.assign(bytes, 0);
     recv_buf_.assign(bytes, 0);
-    plain_.assign(max_chunk, 0.0f);
     send_ub_ = context_->createUnboundBuffer(send_buf_.data(), send_buf_.size());
     recv_ub_ = context_->createUnboundBuffer(recv_buf_.data(), recv_buf_.size());
   }
 
-  // Sends chunk `send_chunk` of acc_ to the next rank and takes chunk
-  // `recv_chunk` from the previous one, added to acc_'s or in its place.
-  Status Exchange(size_t n, uint32_t phase, int send_chunk, int recv_chunk, bool add) {
+  // Sends chunk `send_chunk` of `send_from` to the next rank and takes
+  // chunk `recv_chunk` from the previous one into acc_: added to
+  // `add_to`'s, or as it comes when `add_to` is null.
+  Status Exchange(size_t n, uint32_t phase, int send_chunk, const float* send_from, int recv_chunk,
+                  const float* add_to) {
     const int rank = options_.rank;
     const int next = Mod(rank + 1);
     const int prev = Mod(rank - 1);
@@ -101,7 +113,7 @@ class SealedRingCollective final : public Collective {
     const CollectiveSeal::Place recv_place{n, static_cast<uint32_t>(recv_chunk), phase};
     try {
       recv_ub_->recv(prev, slot, 0, recv_n * sizeof(float) + CollectiveSeal::kTagBytes);
-      seal_.Seal(rank, next, sent_[next]++, send_place, acc_.data() + ChunkBegin(n, send_chunk),
+      seal_.Seal(rank, next, sent_[next]++, send_place, send_from + ChunkBegin(n, send_chunk),
                  send_n * sizeof(float), send_buf_.data());
       send_ub_->send(next, slot, 0, send_n * sizeof(float) + CollectiveSeal::kTagBytes);
       const bool received = recv_ub_->waitRecv(options_.timeout);
@@ -110,18 +122,28 @@ class SealedRingCollective final : public Collective {
     } catch (const std::exception& e) {
       return Status::Unavailable(std::string("allreduce failed (a trainer died or hangs?): ") + e.what());
     }
-    if (!seal_.Open(prev, rank, received_[prev]++, recv_place, recv_buf_.data(), recv_n * sizeof(float),
-                    plain_.data())) {
+    float* dst = acc_.data() + ChunkBegin(n, recv_chunk);
+    bool opened = false;
+    if (add_to == nullptr) {
+      opened = seal_.Open(prev, rank, received_[prev]++, recv_place, recv_buf_.data(), recv_n * sizeof(float), dst);
+    } else {
+      // A piece at a time, added while it is still in L1: the chunk's
+      // plaintext is never written out whole and read back.
+      const float* base = add_to + ChunkBegin(n, recv_chunk);
+      opened = seal_.OpenInPieces(
+          prev, rank, received_[prev]++, recv_place, recv_buf_.data(), recv_n * sizeof(float),
+          reinterpret_cast<uint8_t*>(piece_.data()), piece_.size() * sizeof(float),
+          [dst, base](size_t offset, const uint8_t* plain, size_t bytes) {
+            const size_t first = offset / sizeof(float);
+            const float* p = reinterpret_cast<const float*>(plain);
+            for (size_t i = 0; i < bytes / sizeof(float); ++i) dst[first + i] = base[first + i] + p[i];
+          });
+    }
+    if (!opened) {
       return Status::PermissionDenied(
           "allreduce: what came as trainer " + std::to_string(prev) + "'s part of the sum does not open with this "
           "job's trainer key (a stranger on its connection, or damaged in transit); the sum is refused and the "
           "gradients are unchanged");
-    }
-    float* dst = acc_.data() + ChunkBegin(n, recv_chunk);
-    if (add) {
-      for (size_t i = 0; i < recv_n; ++i) dst[i] += plain_[i];
-    } else {
-      std::memcpy(dst, plain_.data(), recv_n * sizeof(float));
     }
     return Status::OK();
   }
@@ -132,7 +154,9 @@ class SealedRingCollective final : public Collective {
   // Messages sealed to / opened from each rank: the nonces' counters.
   std::vector<uint64_t> sent_, received_;
   uint32_t tag_ = 0;
-  std::vector<float> acc_, plain_;
+  std::vector<float> acc_;
+  // 16 KiB: a piece of a received chunk, opened and added while in L1.
+  std::array<float, 4096> piece_{};
   std::vector<uint8_t> send_buf_, recv_buf_;
   std::unique_ptr<gloo::transport::UnboundBuffer> send_ub_, recv_ub_;
   Status spent_;
