@@ -202,7 +202,9 @@ void EmbeddingClient::AddPooledEntry(const ShardSpec* shard, uint32_t flags, ker
   // Bytes on the wire either way: the request's ids (with lengths and
   // weights), and a row each way (reply and push) per pooled bag or per
   // distinct id.
-  const int64_t row_bytes = 2 * static_cast<int64_t>(sizeof(float)) * shard->num_cols;
+  // (qcomms' bfloat16 halves a row in its direction: the ids weigh more.)
+  const int64_t row_bytes = ((options_.forward_bf16 ? 2 : 4) + (options_.backward_bf16 ? 2 : 4)) *
+                            static_cast<int64_t>(shard->num_cols);
   const int64_t pooled_bytes =
       n * id_bytes_ + bags * 4 + (weights.empty() ? 0 : n * 4) + route.out_rows * row_bytes;
   size_t max_unique = 0;

@@ -25,7 +25,8 @@ struct Case {
 
 // Two servers and one trainer's client in this process, over loopback.
 struct LoopbackJob {
-  LoopbackJob(const JobConfig& job, const ShardingPlan& plan, RowReplies replies, bool plan_independent = false) {
+  LoopbackJob(const JobConfig& job, const ShardingPlan& plan, RowReplies replies, bool plan_independent = false,
+              bool bf16 = false) {
     client = std::move(RpcClient::Create()).value();
     std::vector<int> peers;
     for (int s = 0; s < plan.num_ps; ++s) {
@@ -42,6 +43,7 @@ struct LoopbackJob {
     EmbeddingClientOptions options{0, milliseconds(5000)};
     options.row_replies = replies;
     options.plan_independent_pooling = plan_independent;
+    options.forward_bf16 = options.backward_bf16 = bf16;
     embeddings = std::make_unique<EmbeddingClient>(options, job, plan, client.get(), peers);
   }
   std::vector<std::unique_ptr<PsService>> services;
@@ -234,6 +236,55 @@ INSTANTIATE_TEST_SUITE_P(
       return cases;
     }()),
     [](const auto& info) { return info.param.sharding + "_" + info.param.pooling; });
+
+// kAuto picks rows or pooled bags by the bytes each moves, counted in the
+// precision the job sends: 10 bags of 4 ids over 16 distinct ids of dim 4
+// are cheaper pooled in float32 (520 bytes of ids, lengths and rows each
+// way, against 576 as rows) and cheaper as rows in bfloat16 (360 against
+// 320).
+TEST(RowRepliesBreakEvenTest, AutoMovesNoMoreBytesThanEitherWayInEitherPrecision) {
+  JobConfig job;
+  job.cluster = {1, 1};
+  TableConfig t;
+  t.name = "t";
+  t.num_embeddings = 1000;
+  t.embedding_dim = 4;
+  t.feature_names = {"f"};
+  t.sharding_type = "table_wise";
+  t.seed = 11;
+  job.tables = {t};
+  auto plan = PlanSharding(job, PlannerOptions::Uniform(1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  KeyedJaggedTensor kjt;
+  kjt.keys = {"f"};
+  kjt.batch_size = 10;
+  for (int b = 0; b < 10; ++b) {
+    kjt.lengths.push_back(4);
+    for (int k = 0; k < 4; ++k) kjt.values.push_back(100 + (b * 4 + k) % 16);
+  }
+  for (bool bf16 : {false, true}) {
+    int64_t moved[3] = {0, 0, 0};
+    const RowReplies ways[3] = {RowReplies::kNever, RowReplies::kAlways, RowReplies::kAuto};
+    for (int w = 0; w < 3; ++w) {
+      LoopbackJob j(job, *plan, ways[w], /*plan_independent=*/false, bf16);
+      FeatureOutputs out;
+      ASSERT_TRUE(j.embeddings->Lookup(0, kjt, /*inference=*/false, &out).ok());
+      FeatureOutputs grads(1, std::vector<float>(out[0].size(), 0.25f));
+      ASSERT_TRUE(j.embeddings->PushGradients(grads).ok());
+      moved[w] = j.embeddings->last_lookup_bytes() + j.embeddings->last_reply_bytes() +
+                 j.embeddings->last_push_bytes();
+    }
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    // The case is one where the two ways differ, and in each precision the
+    // other one wins.
+    if (bf16) {
+      EXPECT_LT(moved[1], moved[0]) << "rows should be cheaper in bf16";
+    } else {
+      EXPECT_LT(moved[0], moved[1]) << "pooled bags should be cheaper in fp32";
+    }
+    EXPECT_EQ(moved[2], std::min(moved[0], moved[1])) << "never " << moved[0] << ", always " << moved[1];
+  }
+}
 
 // training.plan_independent_pooling: a table split by rows over 2 or 3
 // servers gives the outputs and, after training steps, the table of the
