@@ -138,22 +138,20 @@ void CollectiveSeal::Seal(int from, int to, uint64_t counter, const Place& place
 
 bool CollectiveSeal::Open(int from, int to, uint64_t counter, const Place& place, const uint8_t* sealed, size_t bytes,
                           void* plain) const {
-  auto* m = static_cast<uint8_t*>(plain);
-  // Decrypted in place: each piece lands where it belongs, nothing to take.
-  return Decrypt(from, to, counter, place, sealed, bytes, [m](size_t offset) { return m + offset; },
-                 std::min(kMaxPiece, std::max<size_t>(bytes, 1)), nullptr);
+  return Decrypt(from, to, counter, place, sealed, bytes, static_cast<uint8_t*>(plain), /*in_place=*/true, kMaxPiece,
+                 nullptr);
 }
 
 bool CollectiveSeal::OpenInPieces(int from, int to, uint64_t counter, const Place& place, const uint8_t* sealed,
                                   size_t bytes, uint8_t* scratch, size_t piece,
                                   const std::function<void(size_t, const uint8_t*, size_t)>& take) const {
   CHECK_GT(piece, 0u);
-  return Decrypt(from, to, counter, place, sealed, bytes, [scratch](size_t) { return scratch; },
-                 std::min(kMaxPiece, piece), &take);
+  return Decrypt(from, to, counter, place, sealed, bytes, scratch, /*in_place=*/false, std::min(kMaxPiece, piece),
+                 &take);
 }
 
 bool CollectiveSeal::Decrypt(int from, int to, uint64_t counter, const Place& place, const uint8_t* sealed,
-                             size_t bytes, const std::function<uint8_t*(size_t offset)>& where, size_t piece,
+                             size_t bytes, uint8_t* out, bool in_place, size_t piece,
                              const std::function<void(size_t, const uint8_t*, size_t)>* take) const {
   const auto nonce = Nonce(from, to, counter);
   const auto ad = Associated(place);
@@ -163,9 +161,9 @@ bool CollectiveSeal::Decrypt(int from, int to, uint64_t counter, const Place& pl
   if (EVP_DecryptUpdate(c.ctx, nullptr, &n, ad.data(), static_cast<int>(ad.size())) != 1) return false;
   for (size_t done = 0; done < bytes;) {
     const size_t len = std::min(piece, bytes - done);
-    uint8_t* out = where(done);
-    if (EVP_DecryptUpdate(c.ctx, out, &n, sealed + done, static_cast<int>(len)) != 1) return false;
-    if (take != nullptr) (*take)(done, out, len);
+    uint8_t* to_here = in_place ? out + done : out;
+    if (EVP_DecryptUpdate(c.ctx, to_here, &n, sealed + done, static_cast<int>(len)) != 1) return false;
+    if (take != nullptr) (*take)(done, to_here, len);
     done += len;
   }
   // The tag is read-only to us; OpenSSL's control call takes it non-const.

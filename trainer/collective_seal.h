@@ -102,10 +102,11 @@ class CollectiveSeal {
  private:
   CollectiveSeal() = default;
 
-  // Decrypts piece by piece into where(offset), handing each piece to
-  // *take when there is one, then checks the tag.
+  // Decrypts piece by piece, each into out + its offset (in_place) or into
+  // out itself, handing each piece to *take when there is one, then checks
+  // the tag.
   bool Decrypt(int from, int to, uint64_t counter, const Place& place, const uint8_t* sealed, size_t bytes,
-               const std::function<uint8_t*(size_t offset)>& where, size_t piece,
+               uint8_t* out, bool in_place, size_t piece,
                const std::function<void(size_t, const uint8_t*, size_t)>* take) const;
 
   Cipher cipher_ = Cipher::kChaCha20Poly1305;

@@ -8,6 +8,12 @@
 #include "kernels/embedding_bag_math.h"
 
 namespace tessera {
+namespace {
+
+// Bytes of one value on the wire: float32, or bfloat16 under qcomms.
+int64_t ValueBytes(bool bf16) { return bf16 ? 2 : 4; }
+
+}  // namespace
 
 EmbeddingClient::EmbeddingClient(const EmbeddingClientOptions& options, const JobConfig& job, const ShardingPlan& plan,
                                  RpcClient* client, std::vector<int> ps_peers)
@@ -203,8 +209,8 @@ void EmbeddingClient::AddPooledEntry(const ShardSpec* shard, uint32_t flags, ker
   // weights), and a row each way (reply and push) per pooled bag or per
   // distinct id.
   // (qcomms' bfloat16 halves a row in its direction: the ids weigh more.)
-  const int64_t row_bytes = ((options_.forward_bf16 ? 2 : 4) + (options_.backward_bf16 ? 2 : 4)) *
-                            static_cast<int64_t>(shard->num_cols);
+  const int64_t row_bytes =
+      (ValueBytes(options_.forward_bf16) + ValueBytes(options_.backward_bf16)) * static_cast<int64_t>(shard->num_cols);
   const int64_t pooled_bytes =
       n * id_bytes_ + bags * 4 + (weights.empty() ? 0 : n * 4) + route.out_rows * row_bytes;
   size_t max_unique = 0;
@@ -332,7 +338,7 @@ Status EmbeddingClient::SendLookup(const KeyedJaggedTensor& kjt, LookupState* ou
                        });
     st.bytes_sent += req.entries.size() * sizeof(LookupEntry) + req.ids.size() * (ids32 ? 4 : 8) +
                      req.lengths.size() * 4 + req.weights.size() * 4;
-    st.bytes_received += static_cast<int64_t>(st.expected[p] * (options_.forward_bf16 ? 2 : 4));
+    st.bytes_received += static_cast<int64_t>(st.expected[p] * ValueBytes(options_.forward_bf16));
     st.routes[p] = std::move(req.routes);
     // A training lookup sees this trainer's own pushes before it in async
     // mode too: a prefetched one waits at the server for the push of the
@@ -542,8 +548,8 @@ void EmbeddingClient::SendPush(const FeatureGrads& grads) {
         r.rows->Unpool(pool_scratch_.data(), cols, r.out_rows, values.data() + bag_grads);
       }
     }
-    last_push_bytes_ += static_cast<int64_t>(entries.size() * sizeof(PushEntry) +
-                                             values.size() * (options_.backward_bf16 ? 2 : 4));
+    last_push_bytes_ += static_cast<int64_t>(entries.size() * sizeof(PushEntry)) +
+                        static_cast<int64_t>(values.size()) * ValueBytes(options_.backward_bf16);
     const PushMeta meta{options_.trainer, options_.backward_bf16 ? kPushBf16Grads : 0u, current_.step};
     Message m = EncodePushRequest(meta, std::move(entries), std::move(values));
     m.header.plan_version = plan_.version;

@@ -52,6 +52,20 @@ struct LoopbackJob {
   std::unique_ptr<EmbeddingClient> embeddings;
 };
 
+// One table-wise table of 1,000 rows of dim 4, feature "f", over `servers`.
+JobConfig OneTableJob(int servers) {
+  JobConfig job;
+  job.cluster = {servers, 1};
+  TableConfig t;
+  t.name = "t";
+  t.num_embeddings = 1000;
+  t.embedding_dim = 4;
+  t.feature_names = {"f"};
+  t.sharding_type = "table_wise";
+  job.tables = {t};
+  return job;
+}
+
 class LookupTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LookupTest, MatchesTheReferenceKernelOnTheWholeTable) {
@@ -243,16 +257,7 @@ INSTANTIATE_TEST_SUITE_P(
 // way, against 576 as rows) and cheaper as rows in bfloat16 (360 against
 // 320).
 TEST(RowRepliesBreakEvenTest, AutoMovesNoMoreBytesThanEitherWayInEitherPrecision) {
-  JobConfig job;
-  job.cluster = {1, 1};
-  TableConfig t;
-  t.name = "t";
-  t.num_embeddings = 1000;
-  t.embedding_dim = 4;
-  t.feature_names = {"f"};
-  t.sharding_type = "table_wise";
-  t.seed = 11;
-  job.tables = {t};
+  const JobConfig job = OneTableJob(1);
   auto plan = PlanSharding(job, PlannerOptions::Uniform(1));
   ASSERT_TRUE(plan.ok()) << plan.status();
   KeyedJaggedTensor kjt;
@@ -398,15 +403,7 @@ INSTANTIATE_TEST_SUITE_P(
 // and the server refuses it with its error: nothing crashes, and the next
 // lookup works.
 TEST(LookupIdsTest, IdsGoAsUint32AndIdsPastItAreRefusedByTheServer) {
-  JobConfig job;
-  job.cluster = {2, 1};
-  TableConfig t;
-  t.name = "t";
-  t.num_embeddings = 1000;
-  t.embedding_dim = 4;
-  t.feature_names = {"f"};
-  t.sharding_type = "table_wise";
-  job.tables = {t};
+  const JobConfig job = OneTableJob(2);
   auto plan = PlanSharding(job, PlannerOptions::Uniform(2));
   ASSERT_TRUE(plan.ok()) << plan.status();
   LoopbackJob loopback(job, *plan, RowReplies::kNever);
