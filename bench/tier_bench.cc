@@ -55,6 +55,9 @@ DEFINE_string(stores, "memory,lru,lfu_aging",
               "CLOCK, with its slots in host memory or on cuda:0, over the memory store)");
 DEFINE_string(dir, "", "directory for the RocksDB files (default: a fresh temp dir, removed after)");
 DEFINE_uint64(seed, 42, "id sampling seed");
+DEFINE_bool(known_ids, true,
+            "tell the tiered stores the table's id range, as a server does, so rows never written are "
+            "not looked up in RocksDB (false: every miss asks RocksDB)");
 DEFINE_int64(write_back_bytes, int64_t{32} << 20,
              "tiered stores: write-back buffer bytes (ps/write_back_buffer.h); 0: victims written at eviction");
 
@@ -200,6 +203,7 @@ StatusOr<std::unique_ptr<RowStore>> OpenStore(const std::string& name, const std
   }
   TieredRowStoreOptions o;
   o.rows = Rows();
+  if (FLAGS_known_ids) o.rows.id_end = FLAGS_rows;
   o.db.path = dir + "/" + name;
   o.host_bytes = static_cast<int64_t>(FLAGS_budget_fraction * static_cast<double>(FLAGS_rows)) *
                  HostTierBytesPerRow(2 * FLAGS_dim);

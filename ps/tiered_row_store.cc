@@ -25,6 +25,7 @@
 
 #include "kernels/row_init.h"
 #include "ps/page_memory.h"
+#include "ps/stored_below_set.h"
 #include "ps/write_back_buffer.h"
 
 namespace tessera {
@@ -120,6 +121,9 @@ class TieredRowStore final : public RowStore, public RocksCheckpointable {
         halving_accesses_(options.lfu_halving_accesses > 0 ? options.lfu_halving_accesses
                                                            : 4 * std::max<int64_t>(budget_rows_, 1024)),
         below_(std::move(below)),
+        below_ids_(StoredBelowSet::BytesFor(options.rows.id_end - options.rows.id_begin) <= options.host_bytes / 16
+                       ? StoredBelowSet::Over(options.rows.id_begin, options.rows.id_end, rows_below > 0)
+                       : StoredBelowSet()),
         rows_below_(rows_below) {
     Rehash(1024);
   }
@@ -285,6 +289,10 @@ class TieredRowStore final : public RowStore, public RocksCheckpointable {
   const int64_t slack_rows_;
   const int64_t halving_accesses_;
   const std::unique_ptr<LowerTier> below_;
+  // Ids the tier below may hold: the others are initialized without asking
+  // it. Empty (every id asked) where the shard's range is unknown, or its
+  // bits would take more than a sixteenth of host_bytes.
+  StoredBelowSet below_ids_;
 
   mutable std::shared_mutex mu_;
   mutable std::shared_mutex stripes_[kStripes];
@@ -446,6 +454,9 @@ Status TieredRowStore::RunWithMisses(std::span<const int64_t> ids, bool write, u
       if (found) {
         std::memcpy(Row(slot), row, sizeof(float) * w);
       } else {
+        // Exact under mu_ exclusive: no write-back runs, and `found` is no
+        // older than the last one of this row.
+        below_ids_.Remove(ids[i]);
         options_.init(ids[i], Row(slot));
         ++resident_only_;
       }
@@ -484,7 +495,33 @@ Status TieredRowStore::RunWithMisses(std::span<const int64_t> ids, bool write, u
 
 Status TieredRowStore::Fetch(std::span<const int64_t> ids, float* rows, uint8_t* found) {
   if (ids.empty()) return Status::OK();
-  return below_->Fetch(ids, rows, found);
+  if (below_ids_.empty()) return below_->Fetch(ids, rows, found);
+  // Ask below only for the ids it may hold, at the front of rows and found,
+  // then move each answer out to its own place (back to front: an answer's
+  // place is never before its slot in the front).
+  thread_local std::vector<int64_t> asked;
+  thread_local std::vector<size_t> where;
+  asked.clear();
+  where.clear();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (below_ids_.MayHold(ids[i])) {
+      asked.push_back(ids[i]);
+      where.push_back(i);
+    }
+  }
+  if (asked.size() == ids.size()) return below_->Fetch(ids, rows, found);
+  if (!asked.empty()) TESSERA_RETURN_IF_ERROR(below_->Fetch(asked, rows, found));
+  const size_t w = static_cast<size_t>(row_width());
+  size_t next = ids.size();
+  for (size_t k = asked.size(); k-- > 0;) {
+    const size_t to = where[k];
+    for (; next > to + 1; --next) found[next - 1] = 0;
+    found[to] = found[k];
+    if (to != k && found[k]) std::memcpy(rows + to * w, rows + k * w, sizeof(float) * w);
+    next = to;
+  }
+  for (; next > 0; --next) found[next - 1] = 0;
+  return Status::OK();
 }
 
 void TieredRowStore::Touch(SlotMeta* m, uint64_t tick, uint32_t epoch) const {
@@ -592,6 +629,7 @@ Status TieredRowStore::Evict(const std::vector<int32_t>& victims) {
 }
 
 void TieredRowStore::NoteWrittenBack(std::span<const int64_t> ids) {
+  for (int64_t id : ids) below_ids_.Add(id);  // before the release below: see stored_below_set.h
   const uint64_t seq = writeback_seq_.fetch_add(1, std::memory_order_release) + 1;
   for (int64_t id : ids) written_at_[Hash(id) & (kWrittenBuckets - 1)] = seq;
   writebacks_.fetch_add(static_cast<int64_t>(ids.size()), std::memory_order_relaxed);

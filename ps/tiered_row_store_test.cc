@@ -251,17 +251,33 @@ TEST_F(TieredRowStoreTest, TenTimesTheBudgetMatchesMemoryStoreLfuAging) {
   MatchesMemoryStore(o);
 }
 
-TEST_F(TieredRowStoreTest, ConcurrentWritersAndReadersUnderEviction) {
-  // Rows start with all columns equal; writers add 1 to every column of
-  // random batches of their own rows, readers check each row they see is
-  // whole. Far more rows than the budget, so batches evict each other's rows.
-  auto store = Open(Options(32));
+// The ids of the shard's range known: rows never written are not looked up
+// below, and the answers are still those of a memory store.
+TEST_F(TieredRowStoreTest, TenTimesTheBudgetMatchesMemoryStoreWithTheIdRangeKnown) {
+  TieredRowStoreOptions o = Options(100, EvictionPolicy::kLfuAging);
+  o.rows.id_begin = 0;
+  o.rows.id_end = 1000;
+  MatchesMemoryStore(o);
+}
+
+// Rows start with column c at c plus a base (0 when put first, else their
+// initial value); writers add 1 to every column of random batches of their
+// own rows, readers check each row they see is whole. Far more rows than the
+// budget, so batches evict each other's rows.
+void ConcurrentWritersAndReaders(TieredRowStoreOptions o, bool put_first) {
+  auto store = Open(o);
   ASSERT_NE(store, nullptr);
   constexpr int64_t kRows = 512;
   std::vector<int64_t> all;
   for (int64_t i = 0; i < kRows; ++i) all.push_back(i);
-  std::vector<float> zeros(kRows * kWidth, 0.0f);
-  ASSERT_TRUE(store->Put(all, zeros.data()).ok());
+  std::vector<float> base(kRows, 0.0f);
+  if (put_first) {
+    std::vector<float> rows(kRows * kWidth);
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i % kWidth);
+    ASSERT_TRUE(store->Put(all, rows.data()).ok());
+  } else {
+    for (int64_t id = 0; id < kRows; ++id) base[id] = static_cast<float>(id % 1000) * 0.5f;  // TestInit's
+  }
   std::vector<std::vector<int>> adds(2, std::vector<int>(kRows, 0));
   std::atomic<bool> done{false};
   std::atomic<int> torn{0}, errors{0};
@@ -285,7 +301,7 @@ TEST_F(TieredRowStoreTest, ConcurrentWritersAndReadersUnderEviction) {
         for (int64_t id = static_cast<int64_t>(rng() % 7); id < kRows; id += 1 + rng() % 20) ids.push_back(id);
         Status st = store->Read(ids, [&](const float* const* rows, int64_t n) {
           for (int64_t i = 0; i < n; ++i) {
-            for (int c = 1; c < kWidth; ++c) torn += rows[i][c] != rows[i][0];
+            for (int c = 1; c < kWidth; ++c) torn += rows[i][c] - rows[i][0] != static_cast<float>(c);
           }
         });
         if (!st.ok()) ++errors;
@@ -301,9 +317,82 @@ TEST_F(TieredRowStoreTest, ConcurrentWritersAndReadersUnderEviction) {
   EXPECT_EQ(errors.load(), 0);
   const std::vector<float> rows = FullRows(*store, all);
   for (int64_t id = 0; id < kRows; ++id) {
-    ASSERT_EQ(rows[id * kWidth], static_cast<float>(adds[id % 2][id])) << id;
+    ASSERT_EQ(rows[id * kWidth], base[id] + static_cast<float>(adds[id % 2][id])) << id;
   }
   EXPECT_GT(Host(*store).evictions, 0);
+}
+
+TEST_F(TieredRowStoreTest, ConcurrentWritersAndReadersUnderEviction) {
+  ConcurrentWritersAndReaders(Options(32), /*put_first=*/true);
+}
+
+// New rows come up while others are written back: the bits of the ids below
+// must never say "absent" for a row that is there.
+TEST_F(TieredRowStoreTest, ConcurrentWritersAndReadersOfNewRowsWithTheIdRangeKnown) {
+  TieredRowStoreOptions o = Options(32);
+  o.rows.id_begin = 0;
+  o.rows.id_end = 512;
+  ConcurrentWritersAndReaders(o, /*put_first=*/false);
+}
+
+TEST_F(TieredRowStoreTest, RowsNeverWrittenAreNotLookedUpBelow) {
+  TieredRowStoreOptions o = Options(10);
+  o.rows.id_begin = 0;
+  o.rows.id_end = 200;  // its bits within a sixteenth of the budget
+  auto store = Open(o);
+  ASSERT_NE(store, nullptr);
+  auto range = [](int64_t from) {
+    std::vector<int64_t> ids;
+    for (int64_t i = from; i < from + 10; ++i) ids.push_back(i);
+    return ids;
+  };
+  ASSERT_TRUE(AddTo(*store, range(0), 1.0f).ok());  // new rows: initialized, nothing asked below
+  ASSERT_TRUE(ReadAll(*store, range(100)).ok());    // the same; evicts 0..9, written back
+  RowStoreStats s = StatsOf(*store);
+  EXPECT_EQ(s.tier("rocksdb")->hits + s.tier("rocksdb")->misses, 0);
+  ASSERT_TRUE(ReadAll(*store, range(100)).ok());  // resident
+  ASSERT_TRUE(ReadAll(*store, range(0)).ok());    // below now: found there; 100..109 dropped, never written
+  ASSERT_TRUE(ReadAll(*store, range(100)).ok());  // still new below: not asked
+  s = StatsOf(*store);
+  EXPECT_EQ(s.tier("rocksdb")->hits, 10);
+  EXPECT_EQ(s.tier("rocksdb")->misses, 0);
+  ASSERT_TRUE(ReadAll(*store, {5000, 5001}).ok());  // outside the range: asked
+  EXPECT_EQ(StatsOf(*store).tier("rocksdb")->misses, 2);
+  const std::vector<float> rows = FullRows(*store, range(0));
+  EXPECT_EQ(rows[3 * kWidth], 3 * 0.5f + 1);
+}
+
+// A store opened over rows it has not seen asks below for every id once; the
+// ids found absent are not asked again, those found are.
+TEST_F(TieredRowStoreTest, ReopenedStoreAsksBelowOnceForEachAbsentId) {
+  TieredRowStoreOptions o = Options(10);
+  o.rows.id_begin = 0;
+  o.rows.id_end = 200;  // its bits within a sixteenth of the budget
+  std::vector<int64_t> written, absent;
+  for (int64_t i = 0; i < 10; ++i) {
+    written.push_back(i);
+    absent.push_back(10 + i);
+  }
+  {
+    auto store = Open(o);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(AddTo(*store, written, 2.0f).ok());
+    ASSERT_TRUE(FlushOf(*store).ok());
+  }
+  o.db.mode = RowDbOpenMode::kOpenExisting;
+  auto store = Open(o);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(ReadAll(*store, absent).ok());
+  ASSERT_TRUE(ReadAll(*store, written).ok());  // evicts the absent ones (clean: dropped)
+  RowStoreStats s = StatsOf(*store);
+  EXPECT_EQ(s.tier("rocksdb")->misses, 10);
+  EXPECT_EQ(s.tier("rocksdb")->hits, 10);
+  ASSERT_TRUE(ReadAll(*store, absent).ok());   // known absent now
+  ASSERT_TRUE(ReadAll(*store, written).ok());  // still below
+  s = StatsOf(*store);
+  EXPECT_EQ(s.tier("rocksdb")->misses, 10);
+  EXPECT_EQ(s.tier("rocksdb")->hits, 20);
+  EXPECT_EQ(FullRows(*store, written)[4 * kWidth + 1], 4 * 0.5f + 1 + 2);
 }
 
 // A full disk: a batch whose victims cannot be written back fails (unbuffered:
