@@ -198,34 +198,36 @@ TEST(SealedGlooCollectiveTest, SumsInTheRingsFixedOrderForEveryWorld) {
   }
 }
 
-TEST(SealedGlooCollectiveTest, AStrangersPartIsRefusedAndChangesNothing) {
-  // Rank 2 has taken a trainer's place in the rendezvous (as a stranger on
-  // its Gloo port could) but lacks the trainers' secret.
-  constexpr int kWorld = 3;
+// The last rank has taken a trainer's place in the rendezvous (as a stranger
+// on its Gloo port could) but lacks the trainers' secret. Rank 0 receives
+// from it (its ring predecessor; in a pair, its one peer).
+void ExpectAStrangersPartRefused(int world) {
   MemoryStore store;
   std::string stranger = kTrainerSecret;
   stranger[0] ^= 1;
-  auto opened = OpenRanks(&store, kWorld, kWorld, "gloo/stranger", milliseconds(3000),
-                          [&](int r) { return r == 2 ? stranger : kTrainerSecret; });
-  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(opened[r].ok()) << "rank " << r << ": " << opened[r].status();
+  const int last = world - 1;
+  auto opened = OpenRanks(&store, world, world, "gloo/stranger" + std::to_string(world), milliseconds(3000),
+                          [&](int r) { return r == last ? stranger : kTrainerSecret; });
+  for (int r = 0; r < world; ++r) ASSERT_TRUE(opened[r].ok()) << "rank " << r << ": " << opened[r].status();
 
-  // Chunks of 10,000 floats: what rank 0 receives opens in several pieces,
-  // added into its sum before the tag is checked at the end.
+  // 30,000 floats: what rank 0 receives (a ring's chunk of 10,000, or a
+  // pair's whole buffer) opens in several pieces, added into its sum before
+  // the tag is checked at the end.
   const size_t n = 30000;
-  std::vector<std::vector<float>> data(kWorld, std::vector<float>(n));
-  for (int r = 0; r < kWorld; ++r) {
+  std::vector<std::vector<float>> data(world, std::vector<float>(n));
+  for (int r = 0; r < world; ++r) {
     for (size_t i = 0; i < n; ++i) data[r][i] = IntValue(r, i, 0);
   }
   const std::vector<std::vector<float>> before = data;
-  std::vector<Status> st(kWorld);
-  OnThreads(kWorld, [&](int r) { st[r] = (*opened[r])->AllReduceSum(data[r]); });
-  // Rank 0 receives from the stranger: it refuses what came. Rank 1 then
-  // waits for rank 0, which gave up: it fails too, by its timeout.
+  std::vector<Status> st(world);
+  OnThreads(world, [&](int r) { st[r] = (*opened[r])->AllReduceSum(data[r]); });
+  // Rank 0 refuses what came. The other trainers then wait for rank 0,
+  // which gave up: they fail too, by their timeout.
   ASSERT_FALSE(st[0].ok());
   EXPECT_EQ(st[0].code(), StatusCode::kPermissionDenied) << st[0];
-  EXPECT_NE(st[0].message().find("trainer 2"), std::string::npos) << st[0];
+  EXPECT_NE(st[0].message().find("trainer " + std::to_string(last)), std::string::npos) << st[0];
   EXPECT_NE(st[0].message().find("does not open"), std::string::npos) << st[0];
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < last; ++r) {
     EXPECT_FALSE(st[r].ok()) << "rank " << r;
     EXPECT_EQ(data[r], before[r]) << "rank " << r << "'s gradients changed in a refused sum";
   }
@@ -238,6 +240,13 @@ TEST(SealedGlooCollectiveTest, AStrangersPartIsRefusedAndChangesNothing) {
   EXPECT_LT(Clock::now() - start, milliseconds(100));
   EXPECT_EQ(again, std::vector<float>(10, 1.0f));
   std::cout << "[ info     ] rank 0: " << st[0] << "\n";
+}
+
+TEST(SealedGlooCollectiveTest, AStrangersPartIsRefusedAndChangesNothing) { ExpectAStrangersPartRefused(3); }
+
+// Two trainers sum in one exchange instead of the ring's two.
+TEST(SealedGlooCollectiveTest, AStrangersWholeBufferInAPairIsRefusedAndChangesNothing) {
+  ExpectAStrangersPartRefused(2);
 }
 
 TEST(GlooCollectiveStandaloneTest, AWorldOfOneNeedsNoStoreAndABadRankIsRefused) {

@@ -16,6 +16,8 @@ namespace {
 
 // Gloo's own collectives use slot prefixes 0x01-0x08.
 constexpr uint8_t kSealedRingSlotPrefix = 0x5e;
+// Place::phase of the ring's reduce-scatter (0), all-gather (1), and a pair's one exchange.
+constexpr uint32_t kPairPhase = 2;
 
 class SealedRingCollective final : public Collective {
  public:
@@ -65,6 +67,7 @@ class SealedRingCollective final : public Collective {
   // of acc_ is written before it is read, so it needs no copy of `data`.
   Status Sum(std::span<float> data) {
     if (world_size() == 1) return Status::OK();
+    if (world_size() == 2) return SumOfPair(data);
     const size_t n = data.size();
     const int rank = options_.rank;
     acc_.resize(n);
@@ -87,6 +90,22 @@ class SealedRingCollective final : public Collective {
     return Status::OK();
   }
 
+  // Two ranks: each seals its whole buffer to the other and adds what it
+  // opens. One round trip where the ring takes two (a reduce-scatter and an
+  // all-gather, each waiting for the peer), with the same bytes sealed and
+  // opened. Each element is one addition of the two ranks' values, as in
+  // the ring, and a + b == b + a: both ranks get the ring's bits.
+  Status SumOfPair(std::span<float> data) {
+    const size_t n = data.size();
+    const int peer = 1 - options_.rank;
+    acc_.resize(n);
+    EnsureBuffers(n);
+    const CollectiveSeal::Place place{n, 0, kPairPhase};
+    TESSERA_RETURN_IF_ERROR(Transfer(peer, place, data.data(), n, peer, place, acc_.data(), data.data(), n));
+    std::memcpy(data.data(), acc_.data(), n * sizeof(float));
+    return Status::OK();
+  }
+
   void EnsureBuffers(size_t max_chunk) {
     const size_t bytes = max_chunk * sizeof(float) + CollectiveSeal::kTagBytes;
     if (bytes <= send_buf_.size()) return;
@@ -103,18 +122,24 @@ class SealedRingCollective final : public Collective {
   // `add_to`'s, or as it comes when `add_to` is null.
   Status Exchange(size_t n, uint32_t phase, int send_chunk, const float* send_from, int recv_chunk,
                   const float* add_to) {
-    const int rank = options_.rank;
-    const int next = Mod(rank + 1);
-    const int prev = Mod(rank - 1);
-    const size_t send_n = ChunkSize(n, send_chunk);
-    const size_t recv_n = ChunkSize(n, recv_chunk);
-    const uint64_t slot = gloo::Slot::build(kSealedRingSlotPrefix, tag_++);
     const CollectiveSeal::Place send_place{n, static_cast<uint32_t>(send_chunk), phase};
     const CollectiveSeal::Place recv_place{n, static_cast<uint32_t>(recv_chunk), phase};
+    const size_t recv_begin = ChunkBegin(n, recv_chunk);
+    return Transfer(Mod(options_.rank + 1), send_place, send_from + ChunkBegin(n, send_chunk),
+                    ChunkSize(n, send_chunk), Mod(options_.rank - 1), recv_place, acc_.data() + recv_begin,
+                    add_to == nullptr ? nullptr : add_to + recv_begin, ChunkSize(n, recv_chunk));
+  }
+
+  // Seals send_n floats at `send` to rank `next` and takes recv_n floats
+  // from rank `prev` into dst: added to base's, or as they come when base
+  // is null.
+  Status Transfer(int next, const CollectiveSeal::Place& send_place, const float* send, size_t send_n, int prev,
+                  const CollectiveSeal::Place& recv_place, float* dst, const float* base, size_t recv_n) {
+    const int rank = options_.rank;
+    const uint64_t slot = gloo::Slot::build(kSealedRingSlotPrefix, tag_++);
     try {
       recv_ub_->recv(prev, slot, 0, recv_n * sizeof(float) + CollectiveSeal::kTagBytes);
-      seal_.Seal(rank, next, sent_[next]++, send_place, send_from + ChunkBegin(n, send_chunk),
-                 send_n * sizeof(float), send_buf_.data());
+      seal_.Seal(rank, next, sent_[next]++, send_place, send, send_n * sizeof(float), send_buf_.data());
       send_ub_->send(next, slot, 0, send_n * sizeof(float) + CollectiveSeal::kTagBytes);
       const bool received = recv_ub_->waitRecv(options_.timeout);
       const bool sent = send_ub_->waitSend(options_.timeout);
@@ -122,14 +147,12 @@ class SealedRingCollective final : public Collective {
     } catch (const std::exception& e) {
       return Status::Unavailable(std::string("allreduce failed (a trainer died or hangs?): ") + e.what());
     }
-    float* dst = acc_.data() + ChunkBegin(n, recv_chunk);
     bool opened = false;
-    if (add_to == nullptr) {
+    if (base == nullptr) {
       opened = seal_.Open(prev, rank, received_[prev]++, recv_place, recv_buf_.data(), recv_n * sizeof(float), dst);
     } else {
       // A piece at a time, added while it is still in L1: the chunk's
       // plaintext is never written out whole and read back.
-      const float* base = add_to + ChunkBegin(n, recv_chunk);
       opened = seal_.OpenInPieces(
           prev, rank, received_[prev]++, recv_place, recv_buf_.data(), recv_n * sizeof(float),
           reinterpret_cast<uint8_t*>(piece_.data()), piece_.size() * sizeof(float),
