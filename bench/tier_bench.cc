@@ -58,6 +58,8 @@ DEFINE_uint64(seed, 42, "id sampling seed");
 DEFINE_bool(known_ids, true,
             "tell the tiered stores the table's id range, as a server does, so rows never written are "
             "not looked up in RocksDB (false: every miss asks RocksDB)");
+DEFINE_int64(lfu_halving_accesses, 0,
+             "lfu_aging: row accesses between halvings of the counts (0: the store's default)");
 DEFINE_int64(write_back_bytes, int64_t{32} << 20,
              "tiered stores: write-back buffer bytes (ps/write_back_buffer.h); 0: victims written at eviction");
 
@@ -208,6 +210,7 @@ StatusOr<std::unique_ptr<RowStore>> OpenStore(const std::string& name, const std
   o.host_bytes = static_cast<int64_t>(FLAGS_budget_fraction * static_cast<double>(FLAGS_rows)) *
                  HostTierBytesPerRow(2 * FLAGS_dim);
   o.write_back_buffer_bytes = FLAGS_write_back_bytes;
+  o.lfu_halving_accesses = FLAGS_lfu_halving_accesses;
   if (name == "lru") {
     o.policy = EvictionPolicy::kLru;
   } else if (name == "lfu_aging") {

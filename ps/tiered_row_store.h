@@ -76,7 +76,7 @@ struct TieredRowStoreOptions {
   // batches. Larger: fewer passes, less of the budget used.
   double eviction_slack = 1.0 / 32;
   // kLfuAging: every count halves after this many row accesses, so rows hot
-  // long ago fade. 0: four times the rows the budget holds. Smaller: adapts
+  // long ago fade. 0: sixteen times the rows the budget holds. Smaller: adapts
   // faster to a shifting hot set, remembers less of a stable one.
   int64_t lfu_halving_accesses = 0;
   // Dirty victims go to a buffer of this many bytes, which a thread writes to

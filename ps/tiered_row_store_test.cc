@@ -179,6 +179,27 @@ TEST_F(TieredRowStoreTest, LruAndLfuPickDifferentVictims) {
   EXPECT_FALSE(AIsResidentAfterCraftedSequence(fading));
 }
 
+// By default counts halve after sixteen budgets' worth of touches: a row
+// touched twice outranks 12 budgets' worth of rows touched once since (with
+// the period at four budgets, its count would have halved to nothing and it
+// would have gone first).
+TEST_F(TieredRowStoreTest, DefaultAgeingRemembersARowAcrossTwelveBudgetsOfTouches) {
+  constexpr int64_t kBudget = 1024;  // the smallest budget the default period scales with
+  auto store = Open(Options(kBudget, EvictionPolicy::kLfuAging));
+  ASSERT_NE(store, nullptr);
+  const int64_t A = 0;
+  ASSERT_TRUE(ReadAll(*store, {A}).ok());
+  ASSERT_TRUE(ReadAll(*store, {A}).ok());
+  for (int64_t first = 1; first < 1 + 12 * kBudget; first += 8) {
+    ASSERT_TRUE(ReadAll(*store, {first, first + 1, first + 2, first + 3, first + 4, first + 5, first + 6, first + 7})
+                    .ok());
+  }
+  ASSERT_GT(Host(*store).evictions, 10 * kBudget);
+  const int64_t misses = Host(*store).misses;
+  ASSERT_TRUE(ReadAll(*store, {A}).ok());
+  EXPECT_EQ(Host(*store).misses, misses) << "the twice-touched row was evicted";
+}
+
 // An eviction scan picks its victims and keeps the next coldest rows for the
 // next passes; a kept row touched in between is passed over, not evicted.
 TEST_F(TieredRowStoreTest, RowsKeptForTheNextEvictionAreSparedOnceTouched) {
