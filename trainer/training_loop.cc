@@ -206,17 +206,22 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
       TESSERA_RETURN_IF_ERROR(fb.status());
       TESSERA_RETURN_IF_ERROR(summed);
       loss_sum = *fb;
+    } else if (!model_->on_device()) {
+      // The push leaves once the features' gradients are final, before the
+      // weights' are computed: the servers apply it meanwhile.
+      DlrmModel::BackwardHooks hooks;
+      hooks.features_ready = send_features;
+      TESSERA_ASSIGN_OR_RETURN(loss_sum, model_->ForwardBackward(batch.dense.data(), pooled, batch.labels.data(),
+                                                                 batch.size, loss_scale, &d_features, &hooks));
+      t3 = Clock::now();
+      TESSERA_RETURN_IF_ERROR(collective_->AllReduceSum(model_->grads()));
     } else {
       TESSERA_ASSIGN_OR_RETURN(loss_sum, model_->ForwardBackward(batch.dense.data(), pooled, batch.labels.data(),
                                                                  batch.size, loss_scale, &d_features));
       t3 = Clock::now();
       TESSERA_RETURN_IF_ERROR(send_features());
       // On a GPU the gradients are summed where they are, in device memory.
-      if (model_->on_device()) {
-        TESSERA_RETURN_IF_ERROR(collective_->AllReduceSumDevice(model_->grads().data(), model_->num_params()));
-      } else {
-        TESSERA_RETURN_IF_ERROR(collective_->AllReduceSum(model_->grads()));
-      }
+      TESSERA_RETURN_IF_ERROR(collective_->AllReduceSumDevice(model_->grads().data(), model_->num_params()));
     }
     // Every trainer asks at the same steps, so all agree on the boundary.
     if ((step + 1) % std::max<int64_t>(1, options_.request_check_every) == 0) {
