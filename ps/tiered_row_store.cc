@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/row_init.h"
+#include "ps/evicted_counts.h"
 #include "ps/page_memory.h"
 #include "ps/stored_below_set.h"
 #include "ps/write_back_buffer.h"
@@ -131,6 +132,12 @@ class TieredRowStore final : public RowStore, public RocksCheckpointable {
         below_ids_(StoredBelowSet::BytesFor(options.rows.id_end - options.rows.id_begin) <= options.host_bytes / 16
                        ? StoredBelowSet::Over(options.rows.id_begin, options.rows.id_end, rows_below > 0)
                        : StoredBelowSet()),
+        evicted_counts_(options.policy == EvictionPolicy::kLfuAging && !below_ids_.empty() &&
+                                StoredBelowSet::BytesFor(options.rows.id_end - options.rows.id_begin) +
+                                        EvictedCounts::BytesFor(options.rows.id_end - options.rows.id_begin) <=
+                                    options.host_bytes / 16
+                            ? EvictedCounts::Over(options.rows.id_begin, options.rows.id_end)
+                            : EvictedCounts()),
         rows_below_(rows_below) {
     Rehash(1024);
   }
@@ -273,6 +280,7 @@ class TieredRowStore final : public RowStore, public RocksCheckpointable {
                        const UpdateFn& fn, Scratch& s);
   Status Fetch(std::span<const int64_t> ids, float* rows, uint8_t* found);
   void Touch(SlotMeta* m, uint64_t tick, uint32_t epoch) const;
+  static uint64_t Count(const SlotMeta& m, uint32_t epoch);  // kLfuAging: the count as of epoch
   uint64_t Priority(const SlotMeta& m, uint32_t epoch) const;
   Status EvictDownTo(int64_t rows);
   // Writes the dirty ones back, then frees the slots. REQUIRES: mu_ exclusive; none pinned.
@@ -300,6 +308,10 @@ class TieredRowStore final : public RowStore, public RocksCheckpointable {
   // it. Empty (every id asked) where the shard's range is unknown, or its
   // bits would take more than a sixteenth of host_bytes.
   StoredBelowSet below_ids_;
+  // kLfuAging: the counts of evicted rows, restored when they are read
+  // again. Empty where the bits above are, or where the two would take more
+  // than a sixteenth of host_bytes. GUARDED_BY(mu_), held exclusively.
+  EvictedCounts evicted_counts_;
 
   mutable std::shared_mutex mu_;
   mutable std::shared_mutex stripes_[kStripes];
@@ -456,6 +468,9 @@ Status TieredRowStore::RunWithMisses(std::span<const int64_t> ids, bool write, u
     if (slot < 0) {
       slot = Insert(ids[i], s.hashes[i]);
       SlotMeta* m = Meta(slot);
+      if (!evicted_counts_.empty()) {
+        m->freq.store(uint64_t{epoch} << 32 | evicted_counts_.Take(ids[i], epoch), std::memory_order_relaxed);
+      }
       m->below = found;
       m->dirty.store(0, std::memory_order_relaxed);
       if (found) {
@@ -544,12 +559,16 @@ void TieredRowStore::Touch(SlotMeta* m, uint64_t tick, uint32_t epoch) const {
   m->freq.store(uint64_t{epoch} << 32 | count, std::memory_order_relaxed);
 }
 
+uint64_t TieredRowStore::Count(const SlotMeta& m, uint32_t epoch) {
+  const uint64_t f = m.freq.load(std::memory_order_relaxed);
+  const uint32_t then = static_cast<uint32_t>(f >> 32);
+  return epoch - then >= 32 ? 0 : (f & 0xffffffffu) >> (epoch - then);
+}
+
 uint64_t TieredRowStore::Priority(const SlotMeta& m, uint32_t epoch) const {
   const uint64_t tick = m.tick.load(std::memory_order_relaxed);
   if (policy_ == EvictionPolicy::kLru) return tick;
-  const uint64_t f = m.freq.load(std::memory_order_relaxed);
-  const uint32_t then = static_cast<uint32_t>(f >> 32);
-  uint64_t count = epoch - then >= 32 ? 0 : (f & 0xffffffffu) >> (epoch - then);
+  const uint64_t count = Count(m, epoch);
   // Count first, then recency among equal counts.
   return std::min<uint64_t>(count, (uint64_t{1} << 23) - 1) << 40 | (tick & ((uint64_t{1} << 40) - 1));
 }
@@ -623,8 +642,10 @@ Status TieredRowStore::Evict(const std::vector<int32_t>& victims) {
     TESSERA_RETURN_IF_ERROR(below_->Store(ids, rows_out.data()));
     NoteWrittenBack(ids);
   }
+  const uint32_t epoch = Epoch(accesses_.load(std::memory_order_relaxed));
   for (const int32_t slot : victims) {
     SlotMeta* m = Meta(slot);
+    if (!evicted_counts_.empty()) evicted_counts_.Save(m->id, Count(*m, epoch), epoch);
     if (!m->below) {
       --resident_only_;
       if (m->dirty.load(std::memory_order_relaxed)) ++rows_below_;  // written just now
