@@ -1,7 +1,10 @@
 // Gloo allreduce over TCP; the ranks meet through a Store (common/store.h).
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -127,6 +130,26 @@ StatusOr<CollectiveSeal> AgreeOnSeal(const GlooCollectiveOptions& options, Store
 
 std::unique_ptr<Collective> NewLocalCollective() { return std::make_unique<LocalCollective>(); }
 
+namespace {
+
+// Gloo's TCP transport writes with writev, which raises SIGPIPE once the
+// peer has closed its end: a trainer whose peer was killed during a sum died
+// of that signal (exit 141) instead of failing the sum with an error that
+// names the peer, and the master then blamed the wrong trainer. Ignored, the
+// write fails with EPIPE, which Gloo throws and the collective reports. Only
+// where the process left SIGPIPE at its default (Python ignores it already;
+// a program with its own handler keeps it).
+void IgnoreSigpipeAtItsDefault() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
+    if ((current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
+  });
+}
+
+}  // namespace
+
 GlooCollectiveOptions JobGlooOptions(const JobConfig& job, int64_t generation, int rank, int world, std::string host,
                                      const JobKeys* keys) {
   GlooCollectiveOptions o;
@@ -144,6 +167,7 @@ StatusOr<std::unique_ptr<Collective>> NewGlooCollective(const GlooCollectiveOpti
     return Status::InvalidArgument("Gloo collective: rank must be in [0, world)");
   }
   if (options.world == 1) return NewLocalCollective();
+  IgnoreSigpipeAtItsDefault();
   std::optional<CollectiveSeal> seal;
   if (!options.seal_secret.empty()) {
     StatusOr<CollectiveSeal> made = AgreeOnSeal(options, store);

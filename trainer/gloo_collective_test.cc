@@ -2,6 +2,7 @@
 // through one MemoryStore and talking TCP over 127.0.0.1 (as Gloo's own tests
 // do): no master needed.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <functional>
@@ -156,6 +157,28 @@ TEST_P(GlooCollectiveTest, ARankThatStopsTakingPartMakesTheSumFailInTime) {
   }
   EXPECT_LT(took, milliseconds(15000)) << "the allreduce should end near its 1000 ms timeout";
   std::cout << "[ info     ] rank 0: " << st[0] << "\n";
+}
+
+// A peer that dies mid-job closes its connections. A sum that writes to
+// them must fail with an error, not kill the process with SIGPIPE (a
+// trainer died so, exit 141, when its peer was killed; the master then
+// named the wrong trainer). In one process the closed connection is mostly
+// seen on a read first, so it is SIGPIPE's disposition that tells a
+// collective that leaves writes exposed to it.
+TEST_P(GlooCollectiveTest, APeerThatClosesItsConnectionsFailsTheSumAndTheProcessLives) {
+  MemoryStore store;
+  auto opened = Open(&store, 2, 2, "gloo/closed", milliseconds(2000));
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(opened[r].ok()) << "rank " << r << ": " << opened[r].status();
+  struct sigaction pipe {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &pipe), 0);
+  EXPECT_EQ(pipe.sa_handler, SIG_IGN) << "a Gloo collective leaves SIGPIPE ignored, so a write to a dead peer fails";
+  opened[1] = Status::Unavailable("rank 1 died");  // its sockets close
+  std::vector<float> data(size_t{1} << 22, 1.0f);  // 16 MiB: more than the sockets' buffers take
+  Status st;
+  for (int attempt = 0; attempt < 3 && st.ok(); ++attempt) st = (*opened[0])->AllReduceSum(data);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
+  std::cout << "[ info     ] rank 0: " << st << "\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(PlainAndSealed, GlooCollectiveTest, testing::Bool(),
