@@ -551,11 +551,7 @@ void TieredRowStore::Touch(SlotMeta* m, uint64_t tick, uint32_t epoch) const {
   if (policy_ != EvictionPolicy::kLfuAging) return;
   // Counts halve once per epoch: a count from k epochs ago is worth count >> k.
   // Racing touches may lose an increment; the count is a heuristic.
-  const uint64_t f = m->freq.load(std::memory_order_relaxed);
-  const uint32_t then = static_cast<uint32_t>(f >> 32);
-  uint64_t count = f & 0xffffffffu;
-  count = epoch - then >= 32 ? 0 : count >> (epoch - then);
-  count = std::min<uint64_t>(count + 1, 0xffffffffu);
+  const uint64_t count = std::min<uint64_t>(Count(*m, epoch) + 1, 0xffffffffu);
   m->freq.store(uint64_t{epoch} << 32 | count, std::memory_order_relaxed);
 }
 
