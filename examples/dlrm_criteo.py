@@ -189,11 +189,14 @@ class ProcessGroup:
                                 rank=self.rank, world_size=self.world, timeout=datetime.timedelta(seconds=timeout_s))
 
 
-def train(session, rank, world, metrics_file=None, log=print, dense_state=None, sealed_ddp=True):
+def train(session, rank, world, metrics_file=None, log=print, dense_state=None, sealed_ddp=True, early_push=True):
     job = session.job
     training = job["training"]
     ebc = tt.EmbeddingBagCollection(session)
     model = DenseDLRM(job["model"], session.dims)
+    if early_push:
+        # The servers apply the step while the dense weights' gradients are computed and summed.
+        ebc.push_before_weight_grads(model)
     initial = tessera.dlrm_initial_params(job, session.dims)
     opt_config = training.get("dense_optimizer", {"type": "sgd", "lr": 0.1})
     if opt_config["type"] != "sgd":
@@ -312,6 +315,9 @@ def main():
     p.add_argument("--ddp_allreduce", choices=["tessera", "torch"], default="tessera",
                    help="how DDP sums the dense gradients: through the session's collective, sealed in a job with keys "
                         "(tessera.torch.sealed_allreduce_hook), or torch's own Gloo allreduce, unencrypted")
+    p.add_argument("--push_at_end", action="store_true",
+                   help="push the embeddings' gradients after the whole backward, not before the dense weights' "
+                        "gradients are computed (tessera.torch's push_before_weight_grads): for comparison")
     p.add_argument("--metrics_file", help="per-step metrics as JSON lines")
     p.add_argument("--metrics_port", type=int, default=None,
                    help="serve Prometheus metrics on this port, as the C++ trainer's flag (0: any free port)")
@@ -336,7 +342,8 @@ def main():
         if session.metrics_url:
             print(f"trainer {args.rank}: metrics at {session.metrics_url}", flush=True)
         result, _ = train(session, args.rank, args.world, args.metrics_file,
-                          dense_state=dense_state, sealed_ddp=args.ddp_allreduce == "tessera")
+                          dense_state=dense_state, sealed_ddp=args.ddp_allreduce == "tessera",
+                          early_push=not args.push_at_end)
         session.finish(eval=result.get("eval"))
 
 

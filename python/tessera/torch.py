@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from . import Session
+from . import late_weight_grads
 
 # How often several trainers agree whether to stop for a boundary the master
 # asked for (a checkpoint on demand, servers joining or leaving): one
@@ -231,6 +232,23 @@ class RemoteEmbeddings(torch.nn.Module):
         self.job_tables = session.job["tables"]
         if tables is not None:
             _check_tables(tables, self.job_tables)
+        # Not a submodule: the dense model stays the user's (its parameters, DDP, state_dict).
+        self._late_weight_layers = []
+
+    def push_before_weight_grads(self, model: torch.nn.Module) -> List[torch.nn.Module]:
+        """Makes each training step's push go before the weight gradients
+        of `model`'s torch.nn.Linear layers are computed (the C++ trainer's
+        early push): the servers apply the step while this trainer computes
+        and allreduces those, instead of after. The layers change class, in
+        place, to tessera.late_weight_grads.LinearWeightGradAfterPush: the
+        same parameters and results, bit for bit. Returns the layers taken;
+        call it before wrapping `model` in DDP."""
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"push_before_weight_grads takes a torch.nn.Module, not {type(model).__name__}")
+        taken = late_weight_grads.take_linear_layers(model)
+        known = {id(m) for m in self._late_weight_layers}
+        self._late_weight_layers.extend(m for m in taken if id(m) not in known)
+        return taken
 
     def prefetch(self, kjt) -> None:
         """Sends the lookup of the next training step's batch now, so that its
@@ -291,6 +309,8 @@ class RemoteEmbeddings(torch.nn.Module):
             outs = [torch.from_numpy(o) for o in
                     self.session.lookup(keys, batch, lengths, values, weights, inference=True)]
         else:
+            # Before the lookup's node: autograd then reaches the layers' weight gradients after the push.
+            late_weight_grads.open_step(self._late_weight_layers)
             anchor = torch.empty(0, requires_grad=True)
             outs = _Lookup.apply(anchor, self.session, keys, batch, lengths, values, weights, None)
         # The rows arrive in host memory; a batch on a GPU gets them there (one copy, which autograd's

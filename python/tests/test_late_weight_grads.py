@@ -1,0 +1,139 @@
+"""RemoteEmbeddings.push_before_weight_grads on a real job: the step's push
+goes before the dense weights' gradients are computed, and the model's
+outputs and gradients (the pushed ones too) are torch.nn.Linear's bit for
+bit."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import tessera
+import tessera.torch as tt
+
+DIM = 4
+
+
+def job_config():
+    tables = [{"name": f"t{i}", "num_embeddings": 50, "embedding_dim": DIM, "feature_names": [f"f{i}"],
+               "sharding_type": sharding, "pooling": "SUM", "optimizer": {"type": "sgd", "lr": 0.1},
+               "initializer": {"type": "uniform", "low": -0.5, "high": 0.5}}
+              for i, sharding in enumerate(["table_wise", "row_wise"])]
+    return {"name": "late_weight_grads", "tables": tables,
+            "model": {"num_dense_features": 0, "top_mlp": [8, 1]},
+            "data": {"source": "synthetic", "num_examples": 64, "ids_per_bag": 2},
+            "training": {"batch_size": 8, "steps": 4, "consistency": "sync", "seed": 3, "log_every": 1},
+            "runtime": {"heartbeat_ms": 200, "peer_timeout_ms": 3000, "rpc_timeout_ms": 5000}}
+
+
+def batch(step):
+    rng = np.random.default_rng(step)
+    lengths = rng.integers(0, 4, size=2 * 8)
+    values = rng.integers(0, 50, size=int(lengths.sum()))
+    return tt.KeyedJaggedTensor(["f0", "f1"], torch.from_numpy(values.astype(np.int64)),
+                                torch.from_numpy(lengths.astype(np.int32)))
+
+
+def mlp():
+    torch.manual_seed(11)
+    return torch.nn.Sequential(torch.nn.Linear(2 * DIM, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+
+
+@pytest.fixture
+def pushes(monkeypatch):
+    """Records, in one list with the weights' gradient hooks, when each push
+    happens and what it sends."""
+    events = []
+    backward = tt._Lookup.backward
+
+    def recorded(ctx, *grads):
+        events.append(("push", [g.detach().clone() for g in grads]))
+        return backward(ctx, *grads)
+
+    monkeypatch.setattr(tt._Lookup, "backward", staticmethod(recorded))
+    return events
+
+
+def train_step(ebc, model, step, events):
+    for name, p in model.named_parameters():
+        p.grad = None
+    hooks = [p.register_hook(lambda g, name=name: events.append((name, None))) for name, p in model.named_parameters()]
+    pooled = ebc(batch(step)).values()
+    loss = (model(pooled).squeeze(1) ** 2).sum()
+    loss.backward()
+    for h in hooks:
+        h.remove()
+    return pooled.detach(), float(loss)
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_the_push_goes_before_the_weight_gradients_and_changes_no_bit(local_job, pushes, early):
+    job = local_job(job_config(), num_ps=2)
+    with tessera.init(master=job.address, rank=0, world=1, insecure=True) as session:
+        check_steps(session, early, pushes)
+    assert job.wait_master() == 0, job.log("master")
+
+
+def check_steps(session, early, pushes):
+    ebc = tt.EmbeddingBagCollection(session)
+    model, twin = mlp(), mlp()
+    if early:
+        taken = ebc.push_before_weight_grads(model)
+        assert taken == [model[0], model[2]]
+        assert isinstance(model[0], torch.nn.Linear)
+    for step in range(3):
+        pushes.clear()
+        pooled, loss = train_step(ebc, model, step, pushes)
+        order = [name for name, _ in pushes]
+        weights_at = [order.index(n) for n in ("0.weight", "2.weight")]
+        assert sorted(order) == sorted(["push", "0.weight", "0.bias", "2.weight", "2.bias"]), order
+        if early:
+            assert all(order.index("push") < i for i in weights_at), order
+        else:  # without: the push waits for every weight's gradient (what the early push removes)
+            assert all(order.index("push") > i for i in weights_at), order
+        # The plain model on the same rows: the same loss, gradients and pushed gradients, bit for bit.
+        x = pooled.clone().requires_grad_()
+        twin.zero_grad(set_to_none=True)
+        twin_loss = (twin(x).squeeze(1) ** 2).sum()
+        twin_loss.backward()
+        assert float(twin_loss) == loss
+        for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+            assert torch.equal(p.grad, q.grad), (step, name)
+        pushed = dict(pushes)["push"]
+        assert torch.equal(torch.cat(pushed, dim=1), x.grad)
+        with torch.no_grad():
+            for p, q in zip(model.parameters(), twin.parameters()):
+                p -= 0.05 * p.grad
+                q -= 0.05 * q.grad
+    # Outside training the layers are plain ones: no lookup, no weight node, the same outputs.
+    ebc.eval()
+    with torch.no_grad():
+        pooled = ebc(batch(9)).values()
+        assert torch.equal(model(pooled), twin(pooled))
+    x = torch.randn(3, 2 * DIM, requires_grad=True)
+    model(x).sum().backward()  # a forward with no lookup before it: torch.nn.Linear's backward
+    assert model[0].weight.grad is not None
+
+
+def test_only_modules_are_taken_and_subclasses_keep_their_forward(local_job):
+    job = local_job(job_config(), num_ps=1)
+    with tessera.init(master=job.address, rank=0, world=1, insecure=True) as session:
+        ebc = tt.EmbeddingBagCollection(session)
+        check_taking(ebc)
+    assert job.wait_master() == 0, job.log("master")
+
+
+def check_taking(ebc):
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        ebc.push_before_weight_grads([torch.nn.Linear(2, 2)])
+
+    class Scaled(torch.nn.Linear):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    model = torch.nn.Sequential(Scaled(2 * DIM, 8), torch.nn.Linear(8, 1))
+    assert ebc.push_before_weight_grads(model) == [model[1]]
+    assert type(model[0]) is Scaled
+    assert ebc.push_before_weight_grads(model) == [model[1]]  # twice: taken once
+    assert len(ebc._late_weight_layers) == 1
