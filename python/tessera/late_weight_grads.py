@@ -82,9 +82,11 @@ class LinearWeightGradAfterPush(torch.nn.Linear):
 
     def forward(self, x):
         late = self.__dict__.pop("_tessera_late_weight", None)
-        if late is None or x.dim() != 2 or not torch.is_grad_enabled():
+        # A node made before the weight last changed (a layer that runs before the lookup finds the last
+        # step's, unused, after the optimizer's step) is stale: autograd refuses a view whose base changed.
+        if late is None or late[2] != self.weight._version or x.dim() != 2 or not torch.is_grad_enabled():
             return F.linear(x, self.weight, self.bias)
-        weight, pending = late
+        weight, pending, _ = late
         return _LinearInputGradFirst.apply(x, weight, self.bias, pending)
 
 
@@ -104,8 +106,11 @@ def take_linear_layers(module):
 
 def open_step(layers):
     """Before a training lookup: each layer's weight gets this step's
-    identity node, which its next forward uses."""
+    identity node, which its next forward uses while the weight is
+    unchanged. Layers that run before the lookup do not need it (their
+    nodes come before the lookup's anyway) and ignore it once stale."""
     for layer in layers:
         if layer.weight.requires_grad:
             pending = _Pending()
-            layer.__dict__["_tessera_late_weight"] = (_WeightAfterPush.apply(layer.weight, pending), pending)
+            node = _WeightAfterPush.apply(layer.weight, pending)
+            layer.__dict__["_tessera_late_weight"] = (node, pending, layer.weight._version)
