@@ -78,7 +78,8 @@ class LinearWeightGradAfterPush(torch.nn.Linear):
     """torch.nn.Linear (the same parameters, state_dict and results) whose
     weight gradient is computed after the push of a RemoteEmbeddings that
     took it (RemoteEmbeddings.push_before_weight_grads). Outside training,
-    or without a lookup since its last forward, it is torch.nn.Linear."""
+    without a lookup since its last forward, or on an input that is not
+    2-D (batch x features), it is torch.nn.Linear."""
 
     def forward(self, x):
         late = self.__dict__.pop("_tessera_late_weight", None)
