@@ -399,11 +399,15 @@ def test_allreduce_sum_and_the_ddp_hook_sum_over_the_trainers(tmp_path, local_jo
     errors, got = [], {}
 
     class Bucket:  # what DDP hands a communication hook
-        def __init__(self, tensor):
+        def __init__(self, tensor, last=False):
             self._tensor = tensor
+            self._last = last
 
         def buffer(self):
             return self._tensor
+
+        def is_last(self):
+            return self._last
 
     def trainer(rank):
         try:
@@ -412,14 +416,16 @@ def test_allreduce_sum_and_the_ddp_hook_sum_over_the_trainers(tmp_path, local_jo
                 a = np.arange(100003, dtype=np.float32) * (rank + 1)
                 session.allreduce_sum(a)
                 # The hook's sums run on a thread of their own, in the order the hook was called in, also
-                # against sums of this thread: rank 1 calls them in a different rhythm.
+                # against sums of this thread: rank 1 calls them in a different rhythm. The last bucket's
+                # runs on this thread, after the others'.
                 state = tt.SealedAllreduce(session)
-                buckets = [torch.full((n,), float(rank + 1)) for n in (7, 100, 3000)]
+                buckets = [torch.full((n,), float(rank + 1)) for n in (7, 100, 3000, 5)]
                 futures = []
                 for i, t in enumerate(buckets):
                     if rank == 1 and i == 1:
                         time.sleep(0.2)
-                    futures.append(tt.sealed_allreduce_hook(state, Bucket(t)))
+                    futures.append(tt.sealed_allreduce_hook(state, Bucket(t, last=i == len(buckets) - 1)))
+                assert futures[-1].done()
                 b = np.full(11, float(rank + 1), dtype=np.float32)
                 session.allreduce_sum(b)  # after the buckets' sums, though on this thread
                 done = [f.wait() for f in futures]
