@@ -213,7 +213,8 @@ class _Lookup(torch.autograd.Function):
             else:
                 pushed.append(g.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy())
         ctx.session.push(pushed)
-        return (None,) * 8
+        # A gradient for the anchor (empty): what the node of push_before_weight_grads waits for.
+        return (torch.zeros(0),) + (None,) * 7
 
 
 class RemoteEmbeddings(torch.nn.Module):
@@ -309,9 +310,8 @@ class RemoteEmbeddings(torch.nn.Module):
             outs = [torch.from_numpy(o) for o in
                     self.session.lookup(keys, batch, lengths, values, weights, inference=True)]
         else:
-            # Before the lookup's node: autograd then reaches the layers' weight gradients after the push.
-            late_weight_grads.open_step(self._late_weight_layers)
-            anchor = torch.empty(0, requires_grad=True)
+            # The anchor ties the step's node of the layers' weight gradients to the push: it runs after it.
+            anchor = late_weight_grads.open_step(self._late_weight_layers)
             outs = _Lookup.apply(anchor, self.session, keys, batch, lengths, values, weights, None)
         # The rows arrive in host memory; a batch on a GPU gets them there (one copy, which autograd's
         # copy back brings the gradients home from).

@@ -139,12 +139,34 @@ def check_taking(ebc):
     assert len(ebc._late_weight_layers) == 1
 
 
+class _FakeLookup(torch.autograd.Function):
+    """Stands for the lookup's node: takes the anchor, records its backward
+    (the push) in `events`, and gives the anchor its gradient."""
+
+    @staticmethod
+    def forward(ctx, anchor, x, events):
+        ctx.events = events
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.events.append("push")
+        return torch.zeros(0), grad, None
+
+
+def record_weight_grads(model, events):
+    return [p.register_hook(lambda g, name=name: events.append(name))
+            for name, p in model.named_parameters() if name.endswith("weight")]
+
+
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_layers_before_the_lookup_and_accumulated_steps_give_linears_bits(accumulate):
-    """Without a job: open_step stands for the lookup. A bottom layer runs
-    before it, so it finds the node of the step before (unused there), which
-    is stale once the optimizer changed the weight; with gradients
-    accumulated over two steps it is not. Both give nn.Linear's bits."""
+    """Without a job: open_step and _FakeLookup stand for the lookup. A
+    bottom layer runs before it, so it finds the node of the step before
+    (unused there), which is stale once the optimizer changed the weight;
+    with gradients accumulated over two steps it is not. Both give
+    nn.Linear's bits, and the top layer's weight gradient comes after the
+    push."""
     from tessera import late_weight_grads as lw
     torch.manual_seed(5)
     model = torch.nn.ModuleDict({"bottom": torch.nn.Linear(3, 4), "top": torch.nn.Linear(4 + 5, 1)})
@@ -157,12 +179,18 @@ def test_layers_before_the_lookup_and_accumulated_steps_give_linears_bits(accumu
         e = torch.randn(8, 5)
         es = []
         for m, late in ((model, True), (twin, False)):
-            x = e.clone().requires_grad_()
+            leaf = e.clone().requires_grad_()
             h = torch.relu(m["bottom"](d))
+            events, x = [], leaf
             if late:
-                lw.open_step(layers)
+                hooks = record_weight_grads(m, events)
+                x = _FakeLookup.apply(lw.open_step(layers), leaf, events)
             (m["top"](torch.cat([h, x * 1.0], 1)) ** 2).sum().backward()
-            es.append(x.grad)
+            if late:
+                for hook in hooks:
+                    hook.remove()
+                assert events.index("push") < events.index("top.weight"), events
+            es.append(leaf.grad)
         assert torch.equal(es[0], es[1]), step
         for (name, p), q in zip(model.named_parameters(), twin.parameters()):
             assert torch.equal(p.grad, q.grad), (step, name)
@@ -172,3 +200,45 @@ def test_layers_before_the_lookup_and_accumulated_steps_give_linears_bits(accumu
                 o.zero_grad()
     for p, q in zip(model.parameters(), twin.parameters()):
         assert torch.equal(p, q)
+
+
+def test_layers_without_bias_frozen_biases_in_place_relus_and_a_changed_input():
+    """A layer without a bias, one whose bias is frozen, and ReLUs in place
+    on the layers' outputs all give nn.Linear's bits, the push first; an
+    input changed in place after a layer used it is refused, as torch's own
+    linear backward refuses it."""
+    from tessera import late_weight_grads as lw
+    torch.manual_seed(7)
+
+    def build():
+        m = torch.nn.Sequential(torch.nn.Linear(6, 5, bias=False), torch.nn.Linear(5, 4), torch.nn.Linear(4, 1))
+        m[1].bias.requires_grad_(False)
+        return m
+
+    def forward(m, x):
+        return m[2](torch.relu_(m[1](torch.relu_(m[0](x))))).squeeze(1)
+
+    model, twin = build(), build()
+    twin.load_state_dict(model.state_dict())
+    layers = lw.take_linear_layers(model)
+    e = torch.randn(8, 6)
+    events = []
+    hooks = record_weight_grads(model, events)
+    x = _FakeLookup.apply(lw.open_step(layers), e.clone().requires_grad_(), events)
+    (forward(model, x) ** 2).sum().backward()
+    for hook in hooks:
+        hook.remove()
+    assert events[0] == "push" and sorted(events[1:]) == ["0.weight", "1.weight", "2.weight"], events
+    x2 = e.clone().requires_grad_()
+    (forward(twin, x2) ** 2).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert (p.grad is None) == (q.grad is None), name
+        assert p.grad is None or torch.equal(p.grad, q.grad), name
+    assert model[1].bias.grad is None
+
+    x = _FakeLookup.apply(lw.open_step(layers), e.clone().requires_grad_(), [])
+    h = model[0](x)
+    out = model[1](h)
+    h.mul_(2)  # after layer 1 used it
+    with pytest.raises(RuntimeError, match="modified"):
+        out.sum().backward()
