@@ -511,17 +511,19 @@ class SealedAllreduce:
         # One thread: the sums run in the order the hook took their tickets.
         self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tessera-allreduce")
 
+    def sum_now(self, array, ticket, done):
+        """Sums `array` in place at `ticket`'s turn on this thread, then
+        calls done(None), or done(exception)."""
+        try:
+            self.session.allreduce_sum(array, ticket)
+        except BaseException as e:  # noqa: BLE001 - handed to the future DDP waits on
+            done(e)
+            return
+        done(None)
+
     def sum_later(self, array, ticket, done):
-        """Sums `array` in place at `ticket`'s turn on this state's thread,
-        then calls done(None), or done(exception)."""
-        def run():
-            try:
-                self.session.allreduce_sum(array, ticket)
-            except BaseException as e:  # noqa: BLE001 - handed to the future DDP waits on
-                done(e)
-                return
-            done(None)
-        self._thread.submit(run)
+        """sum_now on this state's thread."""
+        self._thread.submit(self.sum_now, array, ticket, done)
 
 
 def sealed_allreduce_hook(state, bucket):
@@ -548,18 +550,6 @@ def sealed_allreduce_hook(state, bucket):
     if state.average:
         tensor.div_(state.session.world)
     future = torch.futures.Future()
-    if bucket.is_last():
-        # The backward has nothing left to overlap with this sum, and DDP waits for it before the backward
-        # returns: summed here, on the backward's thread, the sum costs no handoff to the state's thread and
-        # back (about 90 us of the main thread's CPU a step, with an empty sum; bench/README.md). It still
-        # runs after the earlier buckets' sums: its ticket comes after theirs.
-        try:
-            state.session.allreduce_sum(tensor.detach().numpy(), state.session.take_sum_ticket())
-        except BaseException as e:  # noqa: BLE001 - raised where DDP waits for the future, as the thread's are
-            future.set_exception(e)
-            return future
-        future.set_result(tensor)
-        return future
 
     def done(error):
         if error is None:
@@ -567,8 +557,12 @@ def sealed_allreduce_hook(state, bucket):
         else:
             future.set_exception(error)
 
-    # The ticket now, in the backward's order, which every trainer shares.
-    state.sum_later(tensor.detach().numpy(), state.session.take_sum_ticket(), done)
+    # The ticket now, in the backward's order, which every trainer shares. The last bucket's sum runs here, on the backward's thread: nothing is left in the backward to overlap it
+    # with, and DDP waits for it before the backward returns, so a handoff to the state's thread and back
+    # would only cost the main thread CPU (64-75 us a step; bench/README.md). It still runs after the earlier
+    # buckets' sums: its ticket comes after theirs.
+    run = state.sum_now if bucket.is_last() else state.sum_later
+    run(tensor.detach().numpy(), state.session.take_sum_ticket(), done)
     return future
 
 
