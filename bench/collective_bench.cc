@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_stats.h"
 #include "common/memory_store.h"
 #include "trainer/collective.h"
 
@@ -34,11 +35,8 @@ DEFINE_int32(reps, 40, "allreduces per mode and round");
 namespace tessera {
 namespace {
 
-double ProcessCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
+using bench::Median;
+using bench::ProcessCpuSeconds;
 
 void OnThreads(int ranks, const std::function<void(int)>& fn) {
   std::vector<std::thread> threads;
@@ -50,11 +48,6 @@ struct Timing {
   double wall_ms = 0;  // per allreduce
   double cpu_ms = 0;   // per allreduce and rank
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 int Main() {
   const int world = FLAGS_world;

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_stats.h"
 #include "common/job_config.h"
 #include "common/sharding_plan.h"
 #include "ps/embedding_shard.h"
@@ -94,10 +95,7 @@ ShardSpec Spec(uint32_t id) {
   return spec;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Median;
 
 int Main() {
   const std::string dir = FLAGS_dir.empty() ? (std::filesystem::temp_directory_path() /

@@ -17,7 +17,6 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -32,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_stats.h"
 #include "kernels/dedup.h"
 #include "kernels/sparse_optimizer.h"
 #include "ps/device_row_store.h"
@@ -180,14 +180,7 @@ Status RunAll(RowStore* store, const Zipf& zipf, int batches, uint64_t seed, int
   return Status::OK();
 }
 
-// CPU seconds of the whole process (RocksDB's background threads included):
-// steadier than wall time on a shared machine.
-double ProcessCpuSeconds() {
-  rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
+using bench::ProcessCpuSeconds;
 
 StatusOr<std::unique_ptr<RowStore>> OpenStore(const std::string& name, const std::string& dir) {
   if (name == "memory") return NewMemoryRowStore(Rows());
