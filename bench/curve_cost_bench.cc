@@ -20,7 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <string>
