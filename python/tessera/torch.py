@@ -557,10 +557,11 @@ def sealed_allreduce_hook(state, bucket):
         else:
             future.set_exception(error)
 
-    # The ticket now, in the backward's order, which every trainer shares. The last bucket's sum runs here, on the backward's thread: nothing is left in the backward to overlap it
-    # with, and DDP waits for it before the backward returns, so a handoff to the state's thread and back
-    # would only cost the main thread CPU (64-75 us a step; bench/README.md). It still runs after the earlier
-    # buckets' sums: its ticket comes after theirs.
+    # The ticket now, in the backward's order, which every trainer shares. The last bucket's sum runs here, on
+    # the backward's thread: nothing is left in the backward to overlap it with, and DDP waits for it before
+    # the backward returns, so a handoff to the state's thread and back would only cost the main thread CPU
+    # (64-75 us a step; bench/README.md). It still runs after the earlier buckets' sums: its ticket comes
+    # after theirs.
     run = state.sum_now if bucket.is_last() else state.sum_later
     run(tensor.detach().numpy(), state.session.take_sum_ticket(), done)
     return future
