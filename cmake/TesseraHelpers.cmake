@@ -9,6 +9,14 @@ endif()
 if(TESSERA_X86_64_V3 AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   target_compile_options(tessera_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=x86-64-v3>)
 endif()
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  # GCC's -O2 vectorizes only loops that need no scalar remainder and no
+  # aliasing check, which left the trainer's dense SGD step, the sealed
+  # allreduce's sum and the pooling of row replies one float at a time. The
+  # -O3 cost model vectorizes them; no floating-point sum is reordered, so
+  # results keep their bits (a sync job's losses are the same).
+  target_compile_options(tessera_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fvect-cost-model=dynamic>)
+endif()
 if(TESSERA_SANITIZE OR TESSERA_FUZZ)
   target_compile_options(tessera_options INTERFACE
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
