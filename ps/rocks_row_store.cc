@@ -24,6 +24,8 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "ps/rocks_glog_logger.h"
+
 namespace tessera {
 
 Status FromRocks(const rocksdb::Status& s, std::string_view context) {
@@ -102,9 +104,12 @@ class RecoveredByTheStore : public rocksdb::EventListener {
   }
 };
 
-rocksdb::Options BaseOptions(rocksdb::Env* env) {
+rocksdb::Options BaseOptions(rocksdb::Env* env, const std::string& path) {
   rocksdb::Options o;
   if (env != nullptr) o.env = env;
+  // No LOG file on the rows' disk: once that disk is full, Debian's RocksDB
+  // aborts at the next line it logs there (ps/rocks_glog_logger.h).
+  o.info_log = NewGlogRocksLogger(path);
   // Embedding floats are close to random bits: compression would cost CPU on
   // every read and write and save next to nothing.
   o.compression = rocksdb::kNoCompression;
@@ -138,7 +143,7 @@ StatusOr<std::unique_ptr<RowDb>> RowDb::Open(const RowDbOptions& options, int ro
   if (row_width <= 0) return Status::InvalidArgument("row db " + options.path + ": row_width must be positive");
   if (options.path.empty()) return Status::InvalidArgument("row db: empty path");
   std::unique_ptr<RowDb> db(new RowDb(options.path, row_width));
-  rocksdb::Options o = BaseOptions(options.env);
+  rocksdb::Options o = BaseOptions(options.env, options.path);
   db->cache_ = rocksdb::NewLRUCache(options.block_cache_bytes);
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = db->cache_;
@@ -200,7 +205,7 @@ StatusOr<std::unique_ptr<RowDb>> RowDb::Open(const RowDbOptions& options, int ro
 
 StatusOr<std::unique_ptr<RowDb>> RowDb::OpenReadOnly(const std::string& path, rocksdb::Env* env) {
   std::unique_ptr<RowDb> db(new RowDb(path, 0));
-  rocksdb::Options o = BaseOptions(env);
+  rocksdb::Options o = BaseOptions(env, path);
   rocksdb::DB* raw = nullptr;
   TESSERA_RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(o, path, &raw), "opening row db " + path + " read-only"));
   db->db_.reset(raw);
