@@ -316,6 +316,17 @@ void RpcServer::IoLoop() {
           }
           continue;
         }
+        if (m.header.status != StatusCode::kOk) {
+          // Only replies carry a status. Handlers decode with helpers shared
+          // with replies, which would read such a request as an error reply
+          // and answer with the sender's own words as the reason.
+          const std::string why = std::string(OpcodeName(m.header.op)) + " request carries the status " +
+                                  StatusCodeName(m.header.status) + ", which only replies may: refused";
+          LOG(WARNING) << "malformed request from a client: " << why;
+          Status send = SendMessage(*socket_, &routing_id, MakeErrorReply(m.header, Status::InvalidArgument(why)));
+          if (!send.ok()) LOG(WARNING) << "error reply not sent: " << send;
+          continue;
+        }
         Message again;
         switch (recent_.Arrived(routing_id, m.header.request_id, &again)) {
           case RecentReplies::Seen::kInProgress:

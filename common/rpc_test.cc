@@ -258,6 +258,26 @@ TEST_F(EchoFixture, MalformedRequestGetsErrorAndServerKeepsServing) {
   EXPECT_EQ(r->frames[0].to_string(), "still here");
 }
 
+// A request whose header carries an error status is refused before any
+// handler sees it: decoders shared with replies would take it for one.
+TEST_F(EchoFixture, ARequestCarryingAnErrorStatusIsRefusedUnserved) {
+  Message m(Opcode::kHeartbeat);
+  m.header.status = StatusCode::kDataLoss;
+  m.AddString("my own words");
+  auto r = client_->CallSync(peer_, std::move(m), milliseconds(5000));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find("carries the status DATA_LOSS"), std::string::npos) << r.status();
+  EXPECT_EQ(r.status().message().find("my own words"), std::string::npos) << r.status();
+  // Nothing of it reached the handler: a parked request would show it.
+  Message parked(Opcode::kCommand);
+  parked.header.status = StatusCode::kInternal;
+  EXPECT_EQ(client_->CallSync(peer_, std::move(parked), milliseconds(5000)).status().code(),
+            StatusCode::kInvalidArgument);
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_TRUE(parked_.empty());
+}
+
 TEST(RpcClientTest, UnreachablePeerTimesOut) {
   auto client = RpcClient::Create();
   ASSERT_TRUE(client.ok());

@@ -8,11 +8,24 @@
 // master's, the operator's) on connections that are not the members' own. With
 // --insecure there are no keys: any plain client is an insider, and only the
 // binding of each member to the connection it registered from stands.
+//
+// The same forgers also send damaged copies of their messages (bytes
+// flipped, frames cut, dropped, added or replaced, another message's
+// opcode, an error status on a request), and raw bytes go to every port
+// without any handshake: the job must not notice them either. Damage is
+// drawn from TESSERA_TEST_SEED, which the test prints.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "common/control_messages.h"
@@ -91,10 +104,109 @@ std::string MasterEndpoint(testing::LocalCluster& c) {
   return endpoint;
 }
 
+uint64_t Seed() {
+  const char* s = std::getenv("TESSERA_TEST_SEED");
+  return s != nullptr ? std::strtoull(s, nullptr, 10) : 20261207u;
+}
+
+std::string RandomBytes(std::mt19937_64& rng, size_t n) {
+  std::string bytes(n, '\0');
+  for (char& b : bytes) b = static_cast<char>(rng());
+  return bytes;
+}
+
+constexpr std::string_view kStatusDamage = "a request with the status ";
+
+// A damaged copy of `m`, and in *how what was done to it. The opcodes it
+// may swap in are those the forgers send (never REGISTER: joining is a
+// member's right, not a forgery).
+Message Damage(const Message& m, std::mt19937_64& rng, std::string* how) {
+  static constexpr Opcode kOps[] = {
+      Opcode::kInvalid,      Opcode::kHeartbeat,  Opcode::kWaitStart,    Opcode::kReportDone,
+      Opcode::kStoreSet,     Opcode::kStoreGet,   Opcode::kCheckpointBarrier, Opcode::kCreateShards,
+      Opcode::kShutdown,     Opcode::kDumpShards, Opcode::kAbort,        Opcode::kServerStats,
+      Opcode::kSnapshot,     Opcode::kPromote,    Opcode::kMigrate,      Opcode::kFetchRows,
+      Opcode::kLookup,       Opcode::kPushGradients, static_cast<Opcode>(999)};
+  Message d;
+  d.header = m.header;
+  for (const auto& f : m.frames) d.AddBytes(f.data(), f.size());
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  // A frame with bytes in it, or none (-1).
+  auto some_frame = [&]() -> int {
+    std::vector<int> full;
+    for (size_t i = 0; i < d.frames.size(); ++i) {
+      if (d.frames[i].size() > 0) full.push_back(static_cast<int>(i));
+    }
+    return full.empty() ? -1 : full[pick(full.size())];
+  };
+  auto replace = [&](size_t i, const std::string& bytes) { d.frames[i] = zmq::message_t(bytes.data(), bytes.size()); };
+  const int f = some_frame();
+  switch (f < 0 ? 3 : pick(8)) {
+    case 0: {  // a few bytes flipped
+      std::string bytes = d.frames[f].to_string();
+      const size_t flips = 1 + pick(8);
+      for (size_t k = 0; k < flips; ++k) bytes[pick(bytes.size())] ^= static_cast<char>(1 + pick(255));
+      replace(f, bytes);
+      *how = "bytes flipped in frame " + std::to_string(f);
+      break;
+    }
+    case 1: {  // cut short
+      const size_t keep = pick(d.frames[f].size());
+      replace(f, d.frames[f].to_string().substr(0, keep));
+      *how = "frame " + std::to_string(f) + " cut to " + std::to_string(keep) + " bytes";
+      break;
+    }
+    case 2:  // a frame dropped
+      d.frames.erase(d.frames.begin() + f);
+      *how = "frame " + std::to_string(f) + " dropped";
+      break;
+    case 3:  // a frame of random bytes added
+      d.AddString(RandomBytes(rng, pick(65)));
+      *how = "a random frame added";
+      break;
+    case 4:  // grown by a few bytes: no longer whole elements
+      replace(f, d.frames[f].to_string() + RandomBytes(rng, 1 + pick(7)));
+      *how = "frame " + std::to_string(f) + " grown";
+      break;
+    case 5:  // the same size, every byte random
+      replace(f, RandomBytes(rng, d.frames[f].size()));
+      *how = "frame " + std::to_string(f) + " random";
+      break;
+    case 6:
+      d.header.op = kOps[pick(std::size(kOps))];
+      *how = std::string("sent as ") + OpcodeName(d.header.op);
+      break;
+    default:
+      d.header.status = static_cast<StatusCode>(1 + pick(kMaxStatusCode));
+      *how = std::string(kStatusDamage) + StatusCodeName(d.header.status);
+      break;
+  }
+  return d;
+}
+
+// Raw bytes to `endpoint` ("tcp://host:port") on a plain TCP connection, no
+// ZeroMQ handshake: what a port scanner or a confused client sends. True if
+// the connection was made.
+bool SendRawBytes(const std::string& endpoint, const std::string& bytes) {
+  const size_t colon = endpoint.rfind(':');
+  const std::string host = endpoint.substr(6, colon - 6);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(endpoint.substr(colon + 1))));
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return false;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  const bool connected = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+  if (connected) (void)!write(fd, bytes.data(), bytes.size());
+  close(fd);
+  return connected;
+}
+
 // What one forger sent and what came back.
 struct Forgery {
   std::string what;
   Status result;
+  std::string damage;  // what was done to it; empty for a forgery as built
 };
 
 class Forger {
@@ -103,20 +215,33 @@ class Forger {
   // that cannot connect waits all of it, and a round lasts as long as its
   // slowest call, so such a forger gets a short one to leave the rounds
   // frequent enough that several land while the job trains.
-  Forger(std::string name, const std::string& keys_dir, Role role, milliseconds deadline = milliseconds(1500))
-      : name_(std::move(name)), deadline_(deadline) {
+  Forger(std::string name, const std::string& keys_dir, Role role, uint64_t seed,
+         milliseconds deadline = milliseconds(1500))
+      : name_(std::move(name)), deadline_(deadline), rng_(seed) {
     std::shared_ptr<const JobKeys> keys;
     if (!keys_dir.empty()) keys = JobKeys::Load(keys_dir, role).value();
     client_ = RpcClient::Create(keys).value();
   }
 
   // Sends every message it knows to the master at `master` and the servers
-  // at `servers`, all at once; `with_commands` adds operator commands.
-  std::vector<Forgery> Fire(const std::string& master, const std::vector<std::string>& servers, bool with_commands) {
-    std::vector<std::pair<std::string, RpcFuture>> calls;
+  // at `servers`, all at once; `with_commands` adds operator commands, and
+  // `damaged` damaged copies of each message.
+  std::vector<Forgery> Fire(const std::string& master, const std::vector<std::string>& servers, bool with_commands,
+                            int damaged = 0) {
+    struct Sent {
+      std::string what;
+      RpcFuture call;
+      std::string damage;
+    };
+    std::vector<Sent> calls;
     const int m = Peer(master, Role::kMaster);
     auto send = [&](int peer, const std::string& what, Message msg) {
-      calls.emplace_back(name_ + ": " + what, client_->Call(peer, std::move(msg), deadline_));
+      for (int k = 0; k < damaged; ++k) {
+        std::string how;
+        Message d = Damage(msg, rng_, &how);
+        calls.push_back({name_ + ": " + what + ", damaged: " + how, client_->Call(peer, std::move(d), deadline_), how});
+      }
+      calls.push_back({name_ + ": " + what, client_->Call(peer, std::move(msg), deadline_), ""});
     };
     for (int rank = 0; rank < 2; ++rank) {
       for (int64_t incarnation = 1; incarnation <= 3; ++incarnation) {
@@ -186,7 +311,7 @@ class Forger {
       send(p, "SHUTDOWN" + at, EncodeJson(Opcode::kShutdown, json::object()));
     }
     std::vector<Forgery> out;
-    for (auto& [what, call] : calls) out.push_back(Forgery{what, call.Wait().status()});
+    for (Sent& s : calls) out.push_back(Forgery{s.what, s.call.Wait().status(), s.damage});
     return out;
   }
 
@@ -199,6 +324,7 @@ class Forger {
 
   std::string name_;
   milliseconds deadline_;
+  std::mt19937_64 rng_;
   std::unique_ptr<RpcClient> client_;
   std::map<std::string, int> peers_;
 };
@@ -237,18 +363,26 @@ TEST_P(ForgedMessagesTest, AreRefusedAndTheSyncJobEndsBitForBitLikeAnUndisturbed
     bool commands;
   };
   std::vector<Sender> senders;
+  std::cout << "seed " << Seed() << " (TESSERA_TEST_SEED) draws the damage\n";
+  uint64_t seed = Seed();
   if (insecure) {
-    senders.push_back({std::make_unique<Forger>("plain client", "", Role::kNone), true, false});
+    senders.push_back({std::make_unique<Forger>("plain client", "", Role::kNone, seed++), true, false});
   } else {
     const std::string other = c.dir() + "/other_keys";
     ASSERT_TRUE(JobKeys::Write(other).ok());
-    senders.push_back({std::make_unique<Forger>("no keys", "", Role::kNone, milliseconds(200)), false, true});
-    senders.push_back({std::make_unique<Forger>("another job's trainer key", other, Role::kTrainer), true, true});
+    senders.push_back({std::make_unique<Forger>("no keys", "", Role::kNone, seed++, milliseconds(200)), false, true});
+    senders.push_back(
+        {std::make_unique<Forger>("another job's trainer key", other, Role::kTrainer, seed++), true, true});
     for (Role role : {Role::kTrainer, Role::kPs, Role::kMaster, Role::kOperator}) {
-      senders.push_back({std::make_unique<Forger>(std::string("the job's ") + RoleName(role) + " key", c.keys_dir(), role),
+      senders.push_back({std::make_unique<Forger>(std::string("the job's ") + RoleName(role) + " key", c.keys_dir(),
+                                                  role, seed++),
                          true, role != Role::kOperator});
     }
   }
+  std::mt19937_64 raw_rng(seed);
+  std::vector<std::string> ports = servers;
+  ports.push_back(master);
+  size_t raw_connections = 0;
   // Rounds, every sender at once, until the job has trained most of its
   // steps. A round that ended while the job still trained was answered by
   // live servers: its refusals must be the right ones. At least two such.
@@ -259,7 +393,20 @@ TEST_P(ForgedMessagesTest, AreRefusedAndTheSyncJobEndsBitForBitLikeAnUndisturbed
     std::vector<std::vector<Forgery>> results(senders.size());
     std::vector<std::thread> threads;
     for (size_t i = 0; i < senders.size(); ++i) {
-      threads.emplace_back([&, i] { results[i] = senders[i].forger->Fire(master, servers, senders[i].commands); });
+      // Only those refused whatever they say damage their messages: a
+      // damaged operator command could still be a command it may give.
+      const int damaged = senders[i].must_be_denied ? 1 : 0;
+      threads.emplace_back(
+          [&, i, damaged] { results[i] = senders[i].forger->Fire(master, servers, senders[i].commands, damaged); });
+    }
+    // Meanwhile raw bytes with no handshake: random, or a ZeroMQ greeting's
+    // first bytes and then random ones.
+    for (const std::string& port : ports) {
+      for (int k = 0; k < 4; ++k) {
+        std::string bytes = RandomBytes(raw_rng, 1 + raw_rng() % 300);
+        if (k % 2 == 1) bytes = std::string("\xff\0\0\0\0\0\0\0\x01\x7f\x03", 11) + bytes;
+        raw_connections += SendRawBytes(port, bytes);
+      }
     }
     for (auto& t : threads) t.join();
     const bool training = c.Metrics(0).size() < static_cast<size_t>(kSteps);
@@ -270,7 +417,20 @@ TEST_P(ForgedMessagesTest, AreRefusedAndTheSyncJobEndsBitForBitLikeAnUndisturbed
         ++forged;
         ++codes[f.result.code()];
         EXPECT_FALSE(f.result.ok()) << f.what << " was accepted";
-        if (training && senders[i].must_be_denied) {
+        if (training && !f.damage.empty()) {
+          // Refused with an answer, however it was refused: nothing a
+          // sender can send leaves it waiting for its deadline.
+          EXPECT_NE(f.result.code(), StatusCode::kDeadlineExceeded) << f.what << ": " << f.result;
+          if (f.damage.starts_with(kStatusDamage)) {
+            // Refused as malformed (or the sender had no connection), not
+            // read as the error reply it looks like, which answered with the
+            // status and the JSON the sender put in.
+            EXPECT_TRUE(f.result.code() == StatusCode::kInvalidArgument ||
+                        f.result.code() == StatusCode::kPermissionDenied)
+                << f.what << ": " << f.result;
+            EXPECT_FALSE(f.result.message().starts_with("{")) << f.what << ": " << f.result;
+          }
+        } else if (training && senders[i].must_be_denied) {
           EXPECT_TRUE(f.result.code() == StatusCode::kPermissionDenied || f.result.code() == StatusCode::kNotFound)
               << f.what << ": " << f.result;
         }
@@ -278,8 +438,9 @@ TEST_P(ForgedMessagesTest, AreRefusedAndTheSyncJobEndsBitForBitLikeAnUndisturbed
     }
   }
   EXPECT_GE(rounds_while_training, 2);
-  std::cout << forged << " forged messages in " << rounds << " rounds (" << rounds_while_training
-            << " while the job trained):";
+  EXPECT_GT(raw_connections, 0u);
+  std::cout << forged << " forged and damaged messages in " << rounds << " rounds (" << rounds_while_training
+            << " while the job trained), raw bytes on " << raw_connections << " connections:";
   for (auto& [code, n] : codes) std::cout << " " << n << " x " << StatusCodeName(code);
   std::cout << "\n";
 
