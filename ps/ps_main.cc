@@ -37,6 +37,10 @@ DEFINE_int64(host_bytes, int64_t{1} << 30, "With --rocksdb_path: host memory for
 DEFINE_int64(rocksdb_reserved_bytes, int64_t{64} << 20,
              "With --rocksdb_path: room to leave free on its disk; writes of rows to RocksDB stop short of it "
              "(the rows stay in memory) and resume once there is room");
+DEFINE_bool(rocksdb_checkpoint_hard_links, false,
+            "With --rocksdb_path: checkpoints on the same file system hard-link RocksDB's files (fast, but a "
+            "damaged block of that disk then damages the live rows and those checkpoints at once) instead of "
+            "copying each file once");
 DEFINE_int64(write_back_bytes, int64_t{32} << 20,
              "With --rocksdb_path: buffer for dirty rows on their way to RocksDB, written in id order by a thread "
              "of its own (split among shards by size; twice this at most; 0: written at eviction)");
@@ -131,6 +135,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   options.storage.rocksdb_reserved_bytes = FLAGS_rocksdb_reserved_bytes;
+  options.storage.rocksdb_checkpoint_hard_links = FLAGS_rocksdb_checkpoint_hard_links;
   // After the storage options: a server over RocksDB has no default limit.
   options.memory_bytes = FLAGS_memory_bytes >= 0 ? FLAGS_memory_bytes : tessera::DefaultMemoryBudget(options.storage);
   if (!FLAGS_test_crash_on.empty()) {

@@ -24,6 +24,9 @@
 #include <shared_mutex>
 #include <vector>
 
+#include <glog/logging.h>
+
+#include "ps/detached_checkpoint.h"
 #include "ps/rocks_glog_logger.h"
 
 namespace tessera {
@@ -178,6 +181,7 @@ StatusOr<std::unique_ptr<RowDb>> RowDb::Open(const RowDbOptions& options, int ro
   o.avoid_flush_during_shutdown = true;
   db->write_ahead_log_ = options.write_ahead_log;
   db->destroy_on_close_ = options.destroy_on_close;
+  db->checkpoint_hard_links_ = options.checkpoint_hard_links;
   db->reserved_disk_bytes_ = options.reserved_disk_bytes;
 
   const bool exists = o.env->FileExists(options.path + "/CURRENT").ok();
@@ -479,7 +483,24 @@ Status RowDb::Checkpoint(const std::string& dir) {
   TESSERA_RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "checkpointing " + path_));
   std::unique_ptr<rocksdb::Checkpoint> cp(raw);
   // log_size_for_flush = 0: flush the memtable first, so the copy needs no WAL.
-  return FromRocks(cp->CreateCheckpoint(dir, /*log_size_for_flush=*/0), "checkpointing " + path_ + " to " + dir);
+  TESSERA_RETURN_IF_ERROR(
+      FromRocks(cp->CreateCheckpoint(dir, /*log_size_for_flush=*/0), "checkpointing " + path_ + " to " + dir));
+  if (checkpoint_hard_links_) return Status::OK();
+  std::lock_guard<std::mutex> last(checkpoint_mu_);
+  DetachStats detached;
+  // The copies land on the spill disk: they must leave it the room the
+  // store keeps free, as every write of its own does.
+  auto room = [&](int64_t bytes) {
+    if (reserved_disk_bytes_ == 0) return Status::OK();
+    return CheckRoom("copying " + std::to_string(bytes) + " bytes of " + path_ + " into checkpoint " + dir,
+                     reserved_disk_bytes_ + static_cast<uint64_t>(bytes));
+  };
+  TESSERA_RETURN_IF_ERROR(DetachFromLive(path_, dir, last_checkpoint_, room, &detached)
+                              .WithContext("checkpointing " + path_ + " to " + dir));
+  VLOG(1) << "checkpoint " << dir << " of " << path_ << ": " << detached.files_copied << " file(s) copied ("
+          << detached.bytes_copied << " bytes), " << detached.files_linked << " linked to " << last_checkpoint_;
+  last_checkpoint_ = dir;
+  return Status::OK();
 }
 
 void RowDb::AddTraffic(RowStoreStats* stats) const {

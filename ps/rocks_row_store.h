@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <span>
 #include <string>
@@ -85,6 +86,11 @@ struct RowDbOptions {
   rocksdb::Env* env = nullptr;
   // Deletes the database when it closes: for a staged copy no one reopens.
   bool destroy_on_close = false;
+  // Checkpoints on the database's own file system hard-link its SSTs, as
+  // RocksDB makes them: fast, but a damaged block of the disk then damages
+  // the live rows and those checkpoints at once. Off (the default): every
+  // checkpoint owns its bytes (ps/detached_checkpoint.h).
+  bool checkpoint_hard_links = false;
 };
 
 // A RocksDB database of rows of one width. Thread-safe (RocksDB is, and a
@@ -114,8 +120,10 @@ class RowDb {
   StatusOr<int64_t> CountRows();
   // Writes the memtable to an SST, so the rows written so far are on disk.
   Status Flush();
-  // A copy of the database at `dir` (which must not exist): hard links to its
-  // SSTs when on the same file system. Consistent as of the call.
+  // A copy of the database at `dir` (which must not exist), consistent as of
+  // the call, that shares no file with the live database (unless
+  // checkpoint_hard_links): SSTs that the last checkpoint made here already
+  // copied are hard links to those copies.
   Status Checkpoint(const std::string& dir);
 
   // Adds this database's traffic to stats->rocksdb_*.
@@ -135,7 +143,11 @@ class RowDb {
   const int row_width_;  // 0 when opened read-only: any width
   bool write_ahead_log_ = false;
   bool destroy_on_close_ = false;
+  bool checkpoint_hard_links_ = false;
   uint64_t reserved_disk_bytes_ = 0;
+  // The last checkpoint made by Checkpoint, whose copies the next one links.
+  std::mutex checkpoint_mu_;
+  std::string last_checkpoint_;  // GUARDED_BY(checkpoint_mu_)
   std::shared_ptr<rocksdb::Cache> cache_;
   std::unique_ptr<rocksdb::Options> options_;  // as opened; a recovery reopens with them
   // Shared by every use of db_, exclusive while a recovery closes and reopens it.

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,6 +55,7 @@ class RocksRowStoreTest : public ::testing::Test {
     dir_ = tmpl;
   }
   void TearDown() override {
+    if (!mounted_.empty()) umount2(mounted_.c_str(), MNT_DETACH);
     chmod(dir_.c_str(), 0755);
     std::filesystem::remove_all(dir_);
   }
@@ -78,7 +80,40 @@ class RocksRowStoreTest : public ::testing::Test {
     EXPECT_TRUE(s.Read(std::span<const int64_t>(&id, 1), [&](const float* const* rows, int64_t) { v = rows[0][0]; }).ok());
     return v;
   }
+  // Rows [begin, end) at their TestInit values, with a pointer to each, as
+  // RowDb::Put takes them.
+  struct TestRows {
+    std::vector<int64_t> ids;
+    std::vector<float> values;
+    std::vector<const float*> rows;
+  };
+  static TestRows MakeRows(int64_t begin, int64_t end) {
+    TestRows t;
+    t.ids.resize(static_cast<size_t>(end - begin));
+    t.values.resize(t.ids.size() * kWidth);
+    for (size_t i = 0; i < t.ids.size(); ++i) {
+      t.ids[i] = begin + static_cast<int64_t>(i);
+      TestInit(t.ids[i], &t.values[i * kWidth]);
+      t.rows.push_back(&t.values[i * kWidth]);
+    }
+    return t;
+  }
+
+  // A tmpfs of `size` ("8m") at dir_/disk, a real disk to fill, unmounted
+  // at TearDown; "" and *why where none can be mounted (it needs root).
+  std::string MountSmallDisk(const std::string& size, std::string* why) {
+    const std::string disk = dir_ + "/disk";
+    const std::string options = "size=" + size;
+    if (mkdir(disk.c_str(), 0755) != 0 || mount("tessera_test", disk.c_str(), "tmpfs", 0, options.c_str()) != 0) {
+      *why = "cannot mount a tmpfs at " + disk + " (" + std::strerror(errno) + "): needs root";
+      return "";
+    }
+    mounted_ = disk;
+    return disk;
+  }
+
   std::string dir_;
+  std::string mounted_;
 };
 
 TEST(RowEncodingTest, KeysAreBigEndianSoByteOrderIsIdOrder) {
@@ -455,29 +490,18 @@ TEST_F(RocksRowStoreTest, MalformedRowIsDataLoss) {
 // checkpoint on the full disk fails with a clear error, none aborts, and the
 // rows are still there. Needs root (mount); skipped without.
 TEST_F(RocksRowStoreTest, ADiskFullForLongerThanRocksDbsLogFlushAbortsNothing) {
-  const std::string disk = dir_ + "/disk";
-  ASSERT_EQ(mkdir(disk.c_str(), 0755), 0);
-  if (mount("tessera_test", disk.c_str(), "tmpfs", 0, "size=8m") != 0) {
-    GTEST_SKIP() << "cannot mount a tmpfs at " << disk << " (" << std::strerror(errno) << "): needs root";
-  }
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { umount2(dir.c_str(), MNT_DETACH); }
-  } unmount{disk};
+  std::string why;
+  const std::string disk = MountSmallDisk("8m", &why);
+  if (disk.empty()) GTEST_SKIP() << why;
   RowDbOptions o;
   o.path = disk + "/db";
   o.reserved_disk_bytes = 0;  // RocksDB itself meets the full disk
   auto db = RowDb::Open(o, kWidth);
   ASSERT_TRUE(db.ok()) << db.status();
-  std::vector<int64_t> ids(200);
-  std::vector<float> values(ids.size() * kWidth);
-  std::vector<const float*> rows(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = static_cast<int64_t>(i);
-    TestInit(ids[i], &values[i * kWidth]);
-    rows[i] = &values[i * kWidth];
-  }
-  ASSERT_TRUE((*db)->Put(ids, rows.data()).ok());  // into the memtable
+  const TestRows t = MakeRows(0, 200);
+  const std::vector<int64_t>& ids = t.ids;
+  const std::vector<float>& values = t.values;
+  ASSERT_TRUE((*db)->Put(ids, t.rows.data()).ok());  // into the memtable
 
   const std::string filler = disk + "/filler";
   {
@@ -507,6 +531,147 @@ TEST_F(RocksRowStoreTest, ADiskFullForLongerThanRocksDbsLogFlushAbortsNothing) {
     ASSERT_TRUE(found[i]) << "row " << ids[i];
     ASSERT_EQ(got[i * kWidth], values[i * kWidth]) << "row " << ids[i];
   }
+}
+
+// Checkpoints own their bytes: damaging every SST of the live database (as a
+// bad block of the spill disk would) leaves each checkpoint whole. RocksDB's
+// own checkpoints hard-link those SSTs on the same file system, and a tiered
+// server's damaged SSTs took both of its checkpoints with them. An SST the
+// previous checkpoint already copied is linked to that copy, not copied again.
+TEST_F(RocksRowStoreTest, DamagedLiveSstsLeaveEveryCheckpointWhole) {
+  auto inode = [](const std::string& path) {
+    struct stat st{};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+    return st.st_ino;
+  };
+  auto ssts = [](const std::string& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.path().extension() == ".sst") names.push_back(e.path().filename());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  auto put = [](RowDb& db, int64_t begin, int64_t end) {
+    const TestRows t = MakeRows(begin, end);
+    ASSERT_TRUE(db.Put(t.ids, t.rows.data()).ok());
+    ASSERT_TRUE(db.Flush().ok());  // an SST of these rows
+  };
+  // Every row [0, n) of the checkpoint at dir, with its value.
+  auto expect_whole = [](const std::string& dir, int64_t n) {
+    auto ckpt = RowDb::OpenReadOnly(dir);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    int64_t next = 0;
+    float want[kWidth];
+    const Status st = (*ckpt)->Scan(0, n, [&](int64_t id, const float* row, int width) {
+      EXPECT_EQ(id, next++);
+      EXPECT_EQ(width, kWidth);
+      TestInit(id, want);
+      EXPECT_TRUE(std::equal(row, row + kWidth, want)) << "row " << id;
+      return Status::OK();
+    });
+    EXPECT_TRUE(st.ok()) << dir << ": " << st;
+    EXPECT_EQ(next, n) << dir;
+  };
+
+  for (const bool links : {false, true}) {
+    SCOPED_TRACE(links ? "with checkpoint_hard_links" : "by default");
+    const std::string root = dir_ + (links ? "/links" : "/copies");
+    std::filesystem::create_directories(root);
+    RowDbOptions o;
+    o.path = root + "/db";
+    o.checkpoint_hard_links = links;
+    auto db = RowDb::Open(o, kWidth);
+    ASSERT_TRUE(db.ok()) << db.status();
+    ASSERT_NO_FATAL_FAILURE(put(**db, 0, 200));
+    ASSERT_TRUE((*db)->Checkpoint(root + "/ckpt1").ok());
+    ASSERT_NO_FATAL_FAILURE(put(**db, 200, 400));
+    ASSERT_TRUE((*db)->Checkpoint(root + "/ckpt2").ok());
+
+    const std::vector<std::string> live = ssts(o.path);
+    ASSERT_EQ(live.size(), 2u);
+    ASSERT_EQ(ssts(root + "/ckpt1"), std::vector<std::string>{live[0]});
+    ASSERT_EQ(ssts(root + "/ckpt2"), live);
+    for (const std::string& name : live) {
+      EXPECT_EQ(inode(root + "/ckpt2/" + name) == inode(o.path + "/" + name), links) << name;
+    }
+    // The first SST is copied once, by the first checkpoint.
+    EXPECT_EQ(inode(root + "/ckpt2/" + live[0]), inode(root + "/ckpt1/" + live[0]));
+
+    // A bad block under every live SST.
+    for (const std::string& name : live) {
+      std::fstream f(o.path + "/" + name, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(64);
+      const std::string junk(512, '\x5a');
+      f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+    }
+    if (links) {
+      // The checkpoints shared those blocks: damaged too.
+      auto ckpt = RowDb::OpenReadOnly(root + "/ckpt2");
+      Status st = ckpt.ok() ? (*ckpt)->Scan(0, 400, [](int64_t, const float*, int) { return Status::OK(); })
+                            : ckpt.status();
+      EXPECT_FALSE(st.ok()) << "damage under a hard link did not reach the checkpoint";
+    } else {
+      expect_whole(root + "/ckpt1", 200);
+      expect_whole(root + "/ckpt2", 400);
+    }
+  }
+}
+
+// The copies a checkpoint makes land on the spill disk: they must not eat
+// the room the store keeps free there (Debian's RocksDB aborts on some
+// writes that fail for lack of space). A checkpoint whose copies would is
+// refused before it copies anything, the rows stay readable, and with room
+// again it succeeds. Needs root (mount); skipped without.
+TEST_F(RocksRowStoreTest, CheckpointCopiesThatWouldTakeTheReservedRoomAreRefused) {
+  std::string why;
+  const std::string disk = MountSmallDisk("16m", &why);
+  if (disk.empty()) GTEST_SKIP() << why;
+  constexpr uint64_t kReserve = 1 << 20;
+  RowDbOptions o;
+  o.path = disk + "/db";
+  o.reserved_disk_bytes = kReserve;
+  o.write_buffer_bytes = 8 << 20;
+  auto db = RowDb::Open(o, kWidth);
+  ASSERT_TRUE(db.ok()) << db.status();
+  const TestRows t = MakeRows(0, 100000);
+  const std::vector<int64_t>& ids = t.ids;
+  const std::vector<float>& values = t.values;
+  ASSERT_TRUE((*db)->Put(ids, t.rows.data()).ok());
+  ASSERT_TRUE((*db)->Flush().ok());
+  uint64_t sst_bytes = 0;
+  for (const auto& e : std::filesystem::directory_iterator(o.path)) {
+    if (e.path().extension() == ".sst") sst_bytes += e.file_size();
+  }
+  ASSERT_GT(sst_bytes, uint64_t{1} << 20);
+  auto free_bytes = [&] {
+    struct statvfs v{};
+    EXPECT_EQ(statvfs(disk.c_str(), &v), 0);
+    return static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
+  };
+  // Room for the reserve, the store's margin (1 MiB) and half the copies.
+  const uint64_t leave = kReserve + (1 << 20) + sst_bytes / 2;
+  ASSERT_GT(free_bytes(), leave);
+  const std::string filler = disk + "/filler";
+  {
+    std::ofstream out(filler, std::ios::binary);
+    const std::vector<char> block(free_bytes() - leave, 'x');
+    out.write(block.data(), static_cast<std::streamsize>(block.size()));
+    ASSERT_TRUE(out.good());
+  }
+  const Status st = (*db)->Checkpoint(disk + "/ckpt1");
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find("copying"), std::string::npos) << st;
+  EXPECT_GE(free_bytes(), kReserve) << "the copies took the reserved room";
+  std::vector<float> got(values.size());
+  std::vector<uint8_t> found(ids.size());
+  ASSERT_TRUE((*db)->Get(ids, got.data(), found.data()).ok());
+  EXPECT_EQ(std::count(found.begin(), found.end(), 1), static_cast<long>(ids.size()));
+  EXPECT_EQ(got, values);
+
+  std::filesystem::remove(filler);
+  std::filesystem::remove_all(disk + "/ckpt1");  // as the master removes a failed checkpoint
+  ASSERT_TRUE((*db)->Checkpoint(disk + "/ckpt2").ok());
 }
 
 }  // namespace

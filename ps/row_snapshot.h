@@ -10,7 +10,8 @@
 //                     ids     := int64[num_rows], row i's id
 //                   little-endian; checksum: of everything after the header.
 //   <dir>/          or a RocksDB database of the rows (a store backed by RocksDB
-//                   checkpoints its own database: hard links), encoded as in
+//                   checkpoints its own database, sharing no file with it:
+//                   ps/detached_checkpoint.h), encoded as in
 //                   rocks_row_store.h (key: row id, fixed64 big-endian; value:
 //                   the full row, float32 LE)
 //   <dir>/meta.json the caller's metadata (step, plan version, table, shard, ...),
@@ -40,7 +41,7 @@ namespace tessera {
 // What writing a snapshot took.
 struct SnapshotStats {
   int64_t rows = 0;    // rows in the snapshot (for a RocksDB checkpoint: the store's count)
-  int64_t bytes = 0;   // bytes of its files (a RocksDB checkpoint's are mostly hard links)
+  int64_t bytes = 0;   // bytes of its files (a RocksDB checkpoint's: SSTs it copied or shares with the last one)
   double write_s = 0;  // copying the rows out (or checkpointing the database)
   double sync_s = 0;   // making them durable, meta.json included
 };
@@ -49,7 +50,8 @@ struct SnapshotStats {
 // must not exist; its parent must), durably: when it returns OK the files and
 // their names in `dir` are on disk (the caller syncs dir's parent). A RocksDB
 // or tiered store writes back its dirty rows and checkpoints its database
-// (hard links: cheap); any other store is copied (ForEach) into rows.bin.
+// (each SST copied once, then shared by later checkpoints: RowDb::Checkpoint);
+// any other store is copied (ForEach) into rows.bin.
 // Writers to the store wait while it runs. On error the directory may hold a
 // partial snapshot but no meta.json.
 Status WriteSnapshot(RowStore& store, const std::string& dir, const nlohmann::json& meta,

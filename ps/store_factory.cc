@@ -35,6 +35,7 @@ StatusOr<std::unique_ptr<RowStore>> HostStore(const ShardStorageOptions& options
   // A new job's shard starts empty: rows of an earlier job must not leak in.
   o.db.mode = RowDbOpenMode::kOverwrite;
   o.db.reserved_disk_bytes = static_cast<size_t>(std::max<int64_t>(0, options.rocksdb_reserved_bytes));
+  o.db.checkpoint_hard_links = options.rocksdb_checkpoint_hard_links;
   o.host_bytes = std::max<int64_t>(HostTierBytesPerRow(rows.row_width),
                                    static_cast<int64_t>(static_cast<double>(options.host_bytes) * rows.memory_share));
   o.write_back_buffer_bytes =

@@ -24,6 +24,9 @@ struct ShardStorageOptions {
   // Room the RocksDB tier leaves free on its disk: writes stop short of it
   // (RowDbOptions::reserved_disk_bytes).
   int64_t rocksdb_reserved_bytes = int64_t{64} << 20;
+  // Checkpoints hard-link the RocksDB tier's files where they can instead
+  // of owning their bytes (RowDbOptions::checkpoint_hard_links).
+  bool rocksdb_checkpoint_hard_links = false;
   // Rows kept only in memory (no rocksdb_path) on transparent huge pages
   // (RowStoreOptions::huge_pages).
   bool huge_pages = false;
