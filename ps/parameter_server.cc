@@ -34,6 +34,10 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Paramete
     return self->CallServer(endpoint, std::move(request), timeout, cancel);
   };
   service_options.end_server_calls = [self] { self->EndServerCalls(); };
+  service_options.storage_lost = [self](const Status& why) {
+    self->Stop(why.WithContext("its store's rows are damaged; leaving the job"));
+  };
+  service_options.test_data_loss_at_lookup = options.test_data_loss_at_lookup;
   // Released lookups come only from requests server_ handed in: it exists.
   service_options.run_on_worker = [self](std::function<void()> task) { self->server_->Post(std::move(task)); };
   ps->service_ = std::make_unique<PsService>(service_options);

@@ -42,8 +42,10 @@ struct ParameterServerOptions {
   ShardStorageOptions storage;
   // How long to keep trying to reach the master at start.
   int64_t register_timeout_ms = 120000;
-  // Fault injection for tests (see PsServiceOptions::before_control).
+  // Fault injection for tests (see PsServiceOptions::before_control and
+  // test_data_loss_at_lookup).
   std::function<void(Opcode)> before_control;
+  int64_t test_data_loss_at_lookup = 0;
 };
 
 class ParameterServer {

@@ -59,6 +59,9 @@ DEFINE_bool(gpu_tier_on_host, false,
 DEFINE_int32(metrics_port, -1, "Serve Prometheus metrics at http://ADDRESS:PORT/metrics (0: any free port; -1: off)");
 DEFINE_string(metrics_address, "", "Where the metrics endpoint listens (default: the host of --bind; 0.0.0.0: all)");
 DEFINE_int64(register_timeout_ms, 120000, "How long to keep trying to reach the master at start");
+DEFINE_int64(test_data_loss_at_lookup, 0,
+             "Fault injection for tests: the Nth lookup finds its rows damaged, as a checksum mismatch of the "
+             "RocksDB tier would report it; the server then leaves the job");
 DEFINE_string(test_crash_on, "",
               "Fault injection for tests: OP:N ends the process (exit 9) when the Nth request OP "
               "(create_shards, snapshot, migrate) arrives, before it is handled");
@@ -138,6 +141,7 @@ int main(int argc, char** argv) {
   options.storage.rocksdb_checkpoint_hard_links = FLAGS_rocksdb_checkpoint_hard_links;
   // After the storage options: a server over RocksDB has no default limit.
   options.memory_bytes = FLAGS_memory_bytes >= 0 ? FLAGS_memory_bytes : tessera::DefaultMemoryBudget(options.storage);
+  options.test_data_loss_at_lookup = FLAGS_test_data_loss_at_lookup;
   if (!FLAGS_test_crash_on.empty()) {
     const size_t colon = FLAGS_test_crash_on.find(':');
     const std::string name = FLAGS_test_crash_on.substr(0, colon);

@@ -43,6 +43,8 @@ PsService::PsService(PsServiceOptions options)
       end_server_calls_(std::move(options.end_server_calls)),
       run_on_worker_(std::move(options.run_on_worker)),
       fetch_reply_bytes_(std::max<int64_t>(1, options.fetch_reply_bytes)),
+      storage_lost_(std::move(options.storage_lost)),
+      test_data_loss_at_lookup_(options.test_data_loss_at_lookup),
       shards_(std::make_shared<ShardMap>()),
       open_to_any_sender_(options.open_to_any_sender),
       max_reply_values_(options.max_reply_values),
@@ -322,6 +324,19 @@ void PsService::Abort(const Status& reason) {
   AnswerReleased(std::move(parked));
 }
 
+Status PsService::StorageFailure(const Status& st) {
+  if (st.code() != StatusCode::kDataLoss || !storage_lost_) return st;
+  const Status lost = Status::Unavailable("parameter server " + std::to_string(ps_rank_.load()) +
+                                          " found rows of its store damaged (" + st.message() +
+                                          "): it leaves the job");
+  if (!lost_storage_.exchange(true)) {
+    LOG(ERROR) << lost;
+    Abort(lost);  // every later request, and those parked, get `lost`
+    storage_lost_(st);
+  }
+  return lost;
+}
+
 void PsService::AnswerReleased(Gate::Released&& released) {
   if (!released.status.ok()) {
     for (DeferredLookup& d : released.lookups) d.responder.ReplyError(released.status);
@@ -523,9 +538,13 @@ void PsService::ServeLookup(LookupRequest&& req, Responder r) {
     Status st = e.rows() ? shard->ForwardRows(ids, ThreadDeduper(), &ctx.entries[i], dst, evaluation)
                          : shard->Forward(lengths, ids, weights, e.sum_partial(), ThreadDeduper(), &ctx.entries[i],
                                           dst, evaluation);
+    if (st.ok() && i == 0 && test_data_loss_at_lookup_ > 0 && ++lookups_started_ == test_data_loss_at_lookup_) {
+      st = Status::DataLoss("reading shard " + std::to_string(e.shard) + ": a damaged row (--test_data_loss_at_lookup " +
+                            std::to_string(test_data_loss_at_lookup_) + ")");
+    }
     if (!st.ok()) {
       ++errors_;
-      r.ReplyError(st);
+      r.ReplyError(StorageFailure(st));
       return;
     }
     bag += e.num_bags;
@@ -762,7 +781,7 @@ void PsService::HandlePush(Message&& m, Responder r) {
 
   std::vector<const std::vector<EntryGrads>*> in_order;
   for (const std::vector<EntryGrads>& g : *ready) in_order.push_back(&g);
-  st = ApplyMerged(in_order);
+  st = StorageFailure(ApplyMerged(in_order));
   if (!st.ok()) {
     const Status failure = st.WithContext(sync ? "applying step " + std::to_string(step) : "applying gradients");
     LOG(ERROR) << failure;

@@ -100,6 +100,18 @@ struct PsServiceOptions {
   // side by side rather than one after another on the pushing thread, while
   // the other workers idle. Null: served on the calling thread.
   std::function<void(std::function<void()>)> run_on_worker;
+  // Called once when a shard's store reports that rows it holds are damaged
+  // (DATA_LOSS: a checksum mismatch in the RocksDB tier, a malformed row).
+  // Such a server cannot serve its shards any more: it refuses every later
+  // lookup and push with UNAVAILABLE, which trainers retry while the job's
+  // servers change, and the owner stops it, so that the master counts it
+  // lost and rolls the job back to its newest checkpoint (which shares no
+  // file with the live rows: ps/detached_checkpoint.h). Null: DATA_LOSS is
+  // the request's answer like any other error.
+  std::function<void(const Status&)> storage_lost;
+  // Fault injection for tests: the Nth lookup (from 1) finds its rows
+  // damaged, as a store's checksum mismatch would report it. 0: never.
+  int64_t test_data_loss_at_lookup = 0;
   // Bytes of rows one FETCH_ROWS reply carries at most (the pages a
   // migration moves a shard in).
   int64_t fetch_reply_bytes = int64_t{32} << 20;
@@ -279,6 +291,10 @@ class PsService {
   // Sums the row gradients of several pushes (in the order given) per shard
   // and applies the optimizer once per shard.
   Status ApplyMerged(const std::vector<const std::vector<EntryGrads>*>& pushes);
+  // `st`, or where it says the store's rows are damaged (and storage_lost
+  // is set), the UNAVAILABLE every request gets from now on: the first
+  // such error aborts the service and calls storage_lost.
+  Status StorageFailure(const Status& st);
   // Drops the contexts older than the job's context_ttl_ms; the lookups
   // that waited for their push go to *released. REQUIRES: mu_ held.
   void ExpireContexts(Gate::Released* released);
@@ -295,6 +311,10 @@ class PsService {
   const std::function<void()> end_server_calls_;
   const std::function<void(std::function<void()>)> run_on_worker_;
   const int64_t fetch_reply_bytes_;
+  const std::function<void(const Status&)> storage_lost_;
+  const int64_t test_data_loss_at_lookup_;
+  std::atomic<int64_t> lookups_started_{0};
+  std::atomic<bool> lost_storage_{false};
   // Drops the current shards once no request uses them (CreateShards), but
   // those of `keep` that are the same shard, which go to *kept.
   Status ReleaseShards(const std::vector<ShardSpec>& keep, ShardMap* kept);

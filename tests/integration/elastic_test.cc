@@ -717,6 +717,35 @@ Status StartWithServerFlags(testing::LocalCluster& c, const json& config,
   return Status::OK();
 }
 
+// A server whose store reports damaged rows (DATA_LOSS, as a checksum
+// mismatch of its RocksDB tier does) leaves the job rather than failing it:
+// the master counts it lost and rolls back to the newest checkpoint, and the
+// job ends like an undisturbed run, bit for bit. Until then the damage
+// reached a trainer as DATA_LOSS and ended the job. Injected at a seeded
+// lookup: a small job's RocksDB blocks stay in its block cache, where damage
+// on disk is never read.
+TEST(ElasticTest, ServerThatFindsItsRowsDamagedLeavesAndTheJobEndsLikeAnUndisturbedRun) {
+  Undisturbed();
+  const std::string root = TempRoot("damaged_rows");
+  std::filesystem::remove_all(root);
+  testing::LocalCluster c("elastic_damaged_rows");
+  // Each trainer looks up once a step at each server.
+  const int64_t step = SeededStep(kEvery + 5, kSteps / 2, 17);
+  ASSERT_TRUE(StartWithServerFlags(c, Job(root), {{}, {"--test_data_loss_at_lookup", std::to_string(2 * step)}},
+                                   {"--dump_dir", c.dir() + "/dump"})
+                  .ok());
+  EXPECT_EQ(c.Wait("ps1", milliseconds(60000)), 1) << c.Log("ps1");
+  EXPECT_NE(c.Log("ps1").find("found rows of its store damaged"), std::string::npos) << c.Log("ps1");
+  ASSERT_EQ(c.Wait("master", milliseconds(120000)), 0) << c.Log("master") << c.Log("trainer0");
+  const std::string log = c.Log("master");
+  EXPECT_NE(log.find("[master] lost parameter server"), std::string::npos) << log;
+  EXPECT_EQ(c.Wait("ps0", milliseconds(10000)), 0) << c.Log("ps0");
+  ExpectTrainersFinished(c);
+  ExpectTrainedAgainFromTheRollback(c, log, 3);  // 1, then lost (2), then restored (3)
+  ExpectSameParameters(c);
+  std::filesystem::remove_all(root);
+}
+
 TEST(ElasticTest, ServerKilledDuringACheckpointRollsBackToThePreviousOne) {
   Undisturbed();
   const std::string root = TempRoot("kill_in_snapshot");
