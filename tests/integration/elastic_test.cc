@@ -43,10 +43,7 @@ using std::chrono::milliseconds;
 constexpr int64_t kSteps = 400;
 constexpr int64_t kEvery = 25;
 
-uint32_t Seed() {
-  const char* s = std::getenv("TESSERA_TEST_SEED");
-  return s != nullptr ? static_cast<uint32_t>(std::strtoul(s, nullptr, 10)) : 20261201u;
-}
+uint32_t Seed() { return static_cast<uint32_t>(testing::TestSeed(20261201u)); }
 
 // A step in [lo, hi] drawn from the test's seed and `salt`.
 int64_t SeededStep(int64_t lo, int64_t hi, uint32_t salt) {

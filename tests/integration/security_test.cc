@@ -21,7 +21,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -102,11 +101,6 @@ std::string MasterEndpoint(testing::LocalCluster& c) {
   std::string endpoint;
   in >> endpoint;
   return endpoint;
-}
-
-uint64_t Seed() {
-  const char* s = std::getenv("TESSERA_TEST_SEED");
-  return s != nullptr ? std::strtoull(s, nullptr, 10) : 20261207u;
 }
 
 std::string RandomBytes(std::mt19937_64& rng, size_t n) {
@@ -363,8 +357,8 @@ TEST_P(ForgedMessagesTest, AreRefusedAndTheSyncJobEndsBitForBitLikeAnUndisturbed
     bool commands;
   };
   std::vector<Sender> senders;
-  std::cout << "seed " << Seed() << " (TESSERA_TEST_SEED) draws the damage\n";
-  uint64_t seed = Seed();
+  uint64_t seed = testing::TestSeed(20261207u);
+  std::cout << "seed " << seed << " (TESSERA_TEST_SEED) draws the damage\n";
   if (insecure) {
     senders.push_back({std::make_unique<Forger>("plain client", "", Role::kNone, seed++), true, false});
   } else {

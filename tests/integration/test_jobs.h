@@ -2,11 +2,19 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 namespace tessera::testing {
+
+// The seed a test draws its faults from: TESSERA_TEST_SEED when set (so a
+// failure can be replayed), else `fallback`.
+inline uint64_t TestSeed(uint64_t fallback) {
+  const char* s = std::getenv("TESSERA_TEST_SEED");
+  return s != nullptr ? std::strtoull(s, nullptr, 10) : fallback;
+}
 
 // A small synchronous job with optimizer state everywhere (Adagrad, row-wise
 // Adagrad, Adam), a row-split and a column-split table (re-cut when the
