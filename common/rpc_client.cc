@@ -134,6 +134,11 @@ bool RpcClient::Refused(int peer) const {
 
 Status RpcClient::RefusedStatus(int peer) const {
   std::lock_guard<std::mutex> lock(links_mu_);
+  if (links_[peer].too_many_connections) {
+    return Status::ResourceExhausted("the server at " + links_[peer].endpoint +
+                                     " refused this process's connection: too many connections from this host are "
+                                     "open to it (its --max_connections_per_peer)");
+  }
   return Status::PermissionDenied("the server at " + links_[peer].endpoint +
                                   " refused this process's CURVE handshake: not the job's keys (--keys)?");
 }
@@ -160,7 +165,7 @@ std::string RpcClient::DescribeLink(int peer) const {
   std::ostringstream out;
   out << "connection to " << l.endpoint << ": ";
   if (l.refused) {
-    out << "refused (keys)";
+    out << (l.too_many_connections ? "refused (too many connections from this host)" : "refused (keys)");
   } else if (!l.ever_connected) {
     out << "never connected";
   } else if (l.down_since) {
@@ -192,7 +197,11 @@ void RpcClient::ReadMonitor(int peer) {
     if (event.more()) (void)monitors_[peer]->recv(address, zmq::recv_flags::dontwait);
     if (event.size() < sizeof(uint16_t)) continue;
     uint16_t id = 0;
+    uint32_t value = 0;
     std::memcpy(&id, event.data(), sizeof(id));
+    if (event.size() >= sizeof(id) + sizeof(value)) {
+      std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof(id), sizeof(value));
+    }
     std::lock_guard<std::mutex> lock(links_mu_);
     Link& link = links_[peer];
     // A server that holds another key than the one we expect of it cannot
@@ -213,17 +222,25 @@ void RpcClient::ReadMonitor(int peer) {
       link.ever_connected = true;
       link.down_since.reset();
       link.refused = false;
+      link.too_many_connections = false;
       link.awaiting_handshake = false;
       link.handshakeless_closes = 0;
     } else if (id == ZMQ_EVENT_CONNECTED) {
       link.awaiting_handshake = true;
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && value == 500) {
+      // What a server's ZAP handler answers when it holds its most
+      // connections from this host (RpcServer::AnswerZap).
+      refuse("too many connections from this host are open to it");
+      link.too_many_connections = true;
     } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
       refuse("our key is not one of its job's");
     } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
       refuse("the handshake failed: a server of another job, or one without keys?");
     } else if (id == ZMQ_EVENT_DISCONNECTED) {
       if (link.awaiting_handshake && ++link.handshakeless_closes >= kHandshakelessClosesToRefuse) {
-        refuse("it closed every connection before the CURVE handshake: it does not hold the job's key for its role");
+        refuse(
+            "it closed every connection before the CURVE handshake: it does not hold the job's key for its role, or "
+            "it holds as many connections as it takes (its --max_connections)");
       }
       link.awaiting_handshake = false;
       if (link.ever_connected && !link.down_since) {

@@ -167,6 +167,9 @@ class RpcClient {
     // The server refused our key (a CURVE handshake failed on
     // authentication); cleared when a connection succeeds.
     bool refused = false;
+    // ... because too many connections from this host were open to it
+    // (RpcServerOptions::max_connections_per_peer), not for our key.
+    bool too_many_connections = false;
     // With keys: a TCP connection is up whose handshake has not completed;
     // and how many such closed in a row.
     bool awaiting_handshake = false;

@@ -1,6 +1,12 @@
 #include "common/rpc_server.h"
 
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <unordered_map>
 #include <vector>
 
 #include <glog/logging.h>
@@ -69,15 +75,17 @@ StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& op
   s->handler_ = std::move(handler);
   s->sink_ = std::make_shared<ReplySink>();
   s->keys_ = options.keys;
+  s->connections_ = PeerConnections(
+      static_cast<size_t>(std::max<int64_t>(0, options.connections.per_peer)),
+      options.connections.total < 0 ? DefaultMaxConnections() : static_cast<size_t>(options.connections.total));
   try {
     s->context_ = std::make_unique<zmq::context_t>(1);
-    if (s->keys_) {
-      // libzmq asks this context's ZAP handler about every client key; the
-      // handler is ours, answered on the I/O thread (AnswerZap).
-      s->zap_ = std::make_unique<zmq::socket_t>(*s->context_, zmq::socket_type::rep);
-      s->zap_->set(zmq::sockopt::linger, 0);
-      s->zap_->bind("inproc://zeromq.zap.01");
-    }
+    // libzmq asks this context's ZAP handler about every handshake (the
+    // client's key, and on a plain socket too, its address); the handler is
+    // ours, answered on the I/O thread (AnswerZap).
+    s->zap_ = std::make_unique<zmq::socket_t>(*s->context_, zmq::socket_type::rep);
+    s->zap_->set(zmq::sockopt::linger, 0);
+    s->zap_->bind("inproc://zeromq.zap.01");
     s->socket_ = std::make_unique<zmq::socket_t>(*s->context_, zmq::socket_type::router);
     s->socket_->set(zmq::sockopt::linger, 0);
     // A client that reconnects (a dropped TCP connection) comes back with
@@ -85,17 +93,35 @@ StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& op
     // the server may not have noticed is gone.
     s->socket_->set(zmq::sockopt::router_handover, 1);
     s->socket_->set(zmq::sockopt::maxmsgsize, options.max_frame_bytes);
+    // A plain socket asks ZAP only when it has a domain.
+    s->socket_->set(zmq::sockopt::zap_domain, "tessera");
     if (s->keys_) {
       s->socket_->set(zmq::sockopt::curve_server, 1);
       s->socket_->set(zmq::sockopt::curve_secretkey, s->keys_->own_secret());
-      s->socket_->set(zmq::sockopt::zap_domain, "tessera");
     }
     // Large lookups and pushes: don't drop replies under a burst.
     s->socket_->set(zmq::sockopt::sndhwm, 100000);
     s->socket_->set(zmq::sockopt::rcvhwm, 100000);
+    // Every connection's descriptor as it is accepted and as it closes,
+    // watched before the socket listens so none is missed.
+    const std::string monitor_address = "inproc://rpc-server-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(s.get()));
+    if (zmq_socket_monitor(static_cast<void*>(*s->socket_), monitor_address.c_str(),
+                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+      return Status::Internal(std::string("cannot watch the server's connections: ") + zmq_strerror(zmq_errno()));
+    }
+    s->monitor_ = std::make_unique<zmq::socket_t>(*s->context_, zmq::socket_type::pair);
+    s->monitor_->set(zmq::sockopt::linger, 0);
+    s->monitor_->connect(monitor_address);
     s->socket_->bind(options.bind_address);
     s->endpoint_ = s->socket_->get(zmq::sockopt::last_endpoint);
+    // Not a TCP endpoint (ipc://): no port, and no connection is closed for
+    // the total limit (see ReadMonitor).
+    const size_t colon = s->endpoint_.rfind(':');
+    if (s->endpoint_.starts_with("tcp://") && colon != std::string::npos) {
+      s->port_ = std::atoi(s->endpoint_.c_str() + colon + 1);
+    }
   } catch (const zmq::error_t& e) {
+    if (s->socket_) (void)zmq_socket_monitor(static_cast<void*>(*s->socket_), nullptr, 0);
     return Status::Unavailable("cannot listen on " + options.bind_address + ": " + e.what());
   }
   for (int i = 0; i < options.worker_threads; ++i) s->workers_.emplace_back(&RpcServer::WorkerLoop, s.get());
@@ -127,6 +153,10 @@ void RpcServer::Stop() {
       sink_->closed = true;
       sink_->queue.clear();
     }
+    // Events stop before their reader closes: libzmq sends them with a
+    // blocking send (docs/design.md §5, libzmq issue 3575).
+    if (socket_) (void)zmq_socket_monitor(static_cast<void*>(*socket_), nullptr, 0);
+    monitor_.reset();
     socket_.reset();
     zap_.reset();
     context_.reset();
@@ -163,6 +193,17 @@ void RpcServer::WriteMetrics(PrometheusText* out, const MetricLabels& labels) co
   out->Gauge("tessera_rpc_queued_requests", "Requests waiting for a worker thread.", labels,
              static_cast<double>(waiting));
   out->Gauge("tessera_rpc_queued_replies", "Replies waiting to be sent.", labels, static_cast<double>(replies));
+  out->Gauge("tessera_rpc_open_connections", "TCP connections the server holds open.", labels,
+             static_cast<double>(open_connections_.load(std::memory_order_relaxed)));
+  MetricLabels per_peer = labels, total = labels;
+  per_peer.emplace_back("limit", "per_peer");
+  total.emplace_back("limit", "total");
+  out->Counter("tessera_rpc_refused_connections_total",
+               "Connections refused for a limit: per_peer in their handshake, total as they were accepted.", per_peer,
+               static_cast<double>(refused_per_peer_.load(std::memory_order_relaxed)));
+  out->Counter("tessera_rpc_refused_connections_total",
+               "Connections refused for a limit: per_peer in their handshake, total as they were accepted.", total,
+               static_cast<double>(refused_total_.load(std::memory_order_relaxed)));
 }
 
 void RpcServer::Dispatch(std::string routing_id, Role peer_role, Message&& request) {
@@ -226,7 +267,54 @@ void RpcServer::WorkerLoop() {
   }
 }
 
+void RpcServer::ReadMonitor() {
+  // Connections over the total, by descriptor, with the address each came
+  // from: closed once every event waiting has been read, so that one whose
+  // connection has closed since (its DISCONNECTED follows its ACCEPTED) is
+  // left alone, as is its descriptor accepted anew for another connection.
+  std::unordered_map<int, std::string> to_close;
+  for (;;) {
+    // An event is two frames: 2 bytes of event id and 4 of value (here the
+    // connection's descriptor), then the endpoint.
+    zmq::message_t event, address;
+    if (!monitor_->recv(event, zmq::recv_flags::dontwait)) break;
+    if (event.more()) (void)monitor_->recv(address, zmq::recv_flags::dontwait);
+    if (event.size() < sizeof(uint16_t) + sizeof(uint32_t)) continue;
+    uint16_t id = 0;
+    uint32_t value = 0;
+    std::memcpy(&id, event.data(), sizeof(id));
+    std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof(id), sizeof(value));
+    const int fd = static_cast<int>(value);
+    if (id == ZMQ_EVENT_DISCONNECTED) {
+      connections_.Closed(fd);
+      to_close.erase(fd);
+    } else if (id == ZMQ_EVENT_ACCEPTED) {
+      std::string peer = PeerAddressOf(fd);
+      if (connections_.Accepted(fd, peer) == PeerConnections::Admit::kOverTotal) {
+        to_close[fd] = std::move(peer);
+      } else {
+        to_close.erase(fd);
+      }
+    }
+  }
+  for (const auto& [fd, peer] : to_close) {
+    // libzmq then drops the connection as any whose peer hung up. Between the
+    // last event read and here libzmq could still have closed the descriptor
+    // and reused it: it must still be a connection to this port from the
+    // same address.
+    if (port_ > 0 && LocalPortOf(fd) == port_ && PeerAddressOf(fd) == peer) (void)shutdown(fd, SHUT_RDWR);
+    refused_total_.fetch_add(1, std::memory_order_relaxed);
+    LOG_EVERY_N(WARNING, 100) << "closed a connection from " << (peer.empty() ? "?" : peer) << " to " << endpoint_
+                              << " as it was accepted: the server holds " << connections_.open()
+                              << " connections, its most (max_connections; seen " << google::COUNTER << " times)";
+  }
+  open_connections_.store(static_cast<int64_t>(connections_.open()), std::memory_order_relaxed);
+}
+
 void RpcServer::AnswerZap() {
+  // The connections' events first: the handshake asking was accepted
+  // before it began, so its own connection is counted.
+  ReadMonitor();
   // ZAP (RFC 27): version, request id, domain, address, routing id,
   // mechanism, then the mechanism's credentials (CURVE: the client's
   // 32-byte public key). The reply names the role as the User-Id, which
@@ -241,23 +329,35 @@ void RpcServer::AnswerZap() {
       (void)zap_->recv(next, zmq::recv_flags::none);
       request.push_back(std::move(next));
     }
+    const std::string peer = request.size() >= 4 ? request[3].to_string() : std::string();
     Role role = Role::kNone;
-    if (request.size() >= 7 && request[5].to_string() == "CURVE" && request[6].size() == 32) {
+    if (keys_ && request.size() >= 7 && request[5].to_string() == "CURVE" && request[6].size() == 32) {
       char z85[41];
       if (zmq_z85_encode(z85, static_cast<const uint8_t*>(request[6].data()), 32) != nullptr) {
         role = keys_->RoleOfPublicKey(z85);
       }
     }
     const std::string request_id = request.size() >= 2 ? request[1].to_string() : "";
-    if (role == Role::kNone) {
-      LOG_EVERY_N(WARNING, 100) << "refused a connection from "
-                                << (request.size() >= 4 ? request[3].to_string() : std::string("?"))
-                                << " to " << endpoint_ << ": its key is not one of the job's (seen "
-                                << google::COUNTER << " times)";
+    // 400: not the job's key; 500: too many connections from its address,
+    // which RpcClient reports as RESOURCE_EXHAUSTED. (300, ZAP's temporary
+    // refusal, would be said more truly, but libzmq closes such a
+    // connection without telling the client anything, which would then
+    // dial again until its calls' deadlines.)
+    std::string code = "200", text = "OK";
+    if (keys_ && role == Role::kNone) {
+      code = "400";
+      text = "not one of the job's keys";
+      LOG_EVERY_N(WARNING, 100) << "refused a connection from " << (peer.empty() ? "?" : peer) << " to " << endpoint_
+                                << ": its key is not one of the job's (seen " << google::COUNTER << " times)";
+    } else if (connections_.OverPerPeer(peer)) {
+      code = "500";
+      text = "too many connections from " + peer;
+      refused_per_peer_.fetch_add(1, std::memory_order_relaxed);
+      LOG_EVERY_N(WARNING, 100) << "refused a connection from " << peer << " to " << endpoint_ << ": "
+                                << connections_.open_from(peer) - 1 << " connections from it are open, its most"
+                                << " (max_connections_per_peer; seen " << google::COUNTER << " times)";
     }
-    const std::string code = role == Role::kNone ? "400" : "200";
-    const std::string text = role == Role::kNone ? "not one of the job's keys" : "OK";
-    const std::string user = role == Role::kNone ? "" : RoleName(role);
+    const std::string user = code == "200" && role != Role::kNone ? RoleName(role) : "";
     try {
       zap_->send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
       zap_->send(zmq::buffer(request_id), zmq::send_flags::sndmore);
@@ -272,12 +372,12 @@ void RpcServer::AnswerZap() {
 }
 
 void RpcServer::IoLoop() {
-  zmq::pollitem_t items[3] = {
+  zmq::pollitem_t items[4] = {
       {static_cast<void*>(*socket_), 0, ZMQ_POLLIN, 0},
       {nullptr, sink_->wakeup.fd(), ZMQ_POLLIN, 0},
-      {zap_ ? static_cast<void*>(*zap_) : nullptr, 0, ZMQ_POLLIN, 0},
+      {static_cast<void*>(*zap_), 0, ZMQ_POLLIN, 0},
+      {static_cast<void*>(*monitor_), 0, ZMQ_POLLIN, 0},
   };
-  const int num_items = zap_ ? 3 : 2;
   std::deque<OutgoingReply> out;
   auto flush = [&] {
     {
@@ -293,14 +393,15 @@ void RpcServer::IoLoop() {
   };
   while (!stop_.load()) {
     try {
-      zmq::poll(items, num_items, std::chrono::milliseconds(100));
+      zmq::poll(items, 4, std::chrono::milliseconds(100));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       LOG(ERROR) << "zmq poll: " << e.what();
       break;
     }
     if (items[1].revents & ZMQ_POLLIN) sink_->wakeup.Drain();
-    if (zap_ && (items[2].revents & ZMQ_POLLIN)) AnswerZap();
+    if (items[3].revents & ZMQ_POLLIN) ReadMonitor();
+    if (items[2].revents & ZMQ_POLLIN) AnswerZap();
     if (items[0].revents & ZMQ_POLLIN) {
       // Drain what is waiting, but bounded so replies are not starved.
       for (int i = 0; i < 256 && !stop_.load(); ++i) {

@@ -20,12 +20,26 @@
 #include <vector>
 
 #include "common/job_keys.h"
+#include "common/peer_connections.h"
 #include "common/prometheus_text.h"
 #include "common/recent_replies.h"
 #include "common/status.h"
 #include "common/wire_format.h"
 
 namespace tessera {
+
+// How many TCP connections a server holds (common/peer_connections.h).
+struct ConnectionLimits {
+  // From one address (a host) at most; one more is refused in its
+  // handshake with a reason its client reports (RESOURCE_EXHAUSTED). 0: no
+  // limit.
+  int64_t per_peer = 256;
+  // In all at most; one more is closed as it is accepted, so a flood of
+  // connections that never handshake cannot take the descriptors the
+  // server's files need. -1: DefaultMaxConnections() (half the process's
+  // descriptors, at most 4,096); 0: no limit.
+  int64_t total = -1;
+};
 
 struct RpcServerOptions {
   // Where to listen; port 0 picks a free port (read it back from endpoint()).
@@ -43,6 +57,7 @@ struct RpcServerOptions {
   // step's lookups or pushes (W2's are about 1 MB), far below what would
   // exhaust a server.
   int64_t max_frame_bytes = int64_t{1} << 30;
+  ConnectionLimits connections;
 };
 
 namespace rpc_internal {
@@ -128,15 +143,26 @@ class RpcServer {
   void IoLoop();
   void WorkerLoop();
   void Dispatch(std::string routing_id, Role peer_role, Message&& request);
-  // Answers the ZAP requests libzmq makes for each CURVE handshake. I/O thread.
+  // Answers the ZAP requests libzmq makes for each handshake: the key (with
+  // keys) and the connections from the client's address. I/O thread.
   void AnswerZap();
+  // Takes the listening socket's accepted and disconnected events into
+  // connections_, closing a connection over max_connections. I/O thread.
+  void ReadMonitor();
 
   RpcHandler handler_;
   std::string endpoint_;
   std::unique_ptr<zmq::context_t> context_;
   std::unique_ptr<zmq::socket_t> socket_;
   std::shared_ptr<const JobKeys> keys_;
-  std::unique_ptr<zmq::socket_t> zap_;  // with keys_: the context's ZAP handler (REP)
+  std::unique_ptr<zmq::socket_t> zap_;      // the context's ZAP handler (REP)
+  std::unique_ptr<zmq::socket_t> monitor_;  // socket_'s connection events (PAIR)
+  int port_ = -1;                           // where socket_ listens
+  PeerConnections connections_{0, 0};       // I/O thread
+  // For the metrics: connections open, and those refused for a limit.
+  std::atomic<int64_t> open_connections_{0};
+  std::atomic<int64_t> refused_per_peer_{0};
+  std::atomic<int64_t> refused_total_{0};
   std::shared_ptr<rpc_internal::ReplySink> sink_;
   std::atomic<bool> stop_{false};
   std::thread io_thread_;

@@ -29,10 +29,13 @@ StatusOr<std::unique_ptr<Master>> Master::Start(const MasterOptions& options, co
   m->listening_ = ListeningClock(ListeningClock::PauseFor(milliseconds(job.runtime.peer_timeout_ms)));
   Master* self = m.get();
   // Handlers only update membership and answer: the I/O thread runs them.
-  TESSERA_ASSIGN_OR_RETURN(m->server_, RpcServer::Start(RpcServerOptions{options.bind_address, 0, options.keys},
-                                                        [self](Message&& msg, Responder r) {
-                                                          self->Handle(std::move(msg), std::move(r));
-                                                        }));
+  RpcServerOptions server_options;
+  server_options.bind_address = options.bind_address;
+  server_options.keys = options.keys;
+  server_options.connections = options.connections;
+  TESSERA_ASSIGN_OR_RETURN(m->server_, RpcServer::Start(server_options, [self](Message&& msg, Responder r) {
+                             self->Handle(std::move(msg), std::move(r));
+                           }));
   m->endpoint_ = ReplaceEndpointHost(m->server_->endpoint(), options.advertise_host);
   TESSERA_ASSIGN_OR_RETURN(m->client_, RpcClient::Create(options.keys));
   m->ps_peers_ = std::make_unique<PeerPool<int>>(m->client_.get(), Role::kPs);

@@ -59,6 +59,9 @@ struct MasterOptions {
   std::shared_ptr<const JobKeys> keys;
   // Where to listen; port 0 picks a free one (see endpoint()).
   std::string bind_address = "tcp://127.0.0.1:0";
+  // How many connections its port takes (--max_connections_per_peer,
+  // --max_connections).
+  ConnectionLimits connections;
   // Host name others reach the master by ("" keeps the bind host).
   std::string advertise_host;
   // How long to wait for the job's servers and trainers to register.

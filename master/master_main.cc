@@ -13,6 +13,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "common/connection_flags.h"
 #include "common/job_keys.h"
 #include "common/control_messages.h"
 #include "common/messages.h"
@@ -200,6 +201,7 @@ int main(int argc, char** argv) {
   tessera::MasterOptions options;
   options.keys = *keys;
   options.bind_address = FLAGS_bind;
+  options.connections = tessera::ConnectionLimitsFromFlags();
   options.advertise_host = FLAGS_advertise_host;
   options.register_timeout_ms = FLAGS_register_timeout_ms;
   options.dump_dir = FLAGS_dump_dir;

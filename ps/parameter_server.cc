@@ -42,9 +42,14 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Paramete
   service_options.run_on_worker = [self](std::function<void()> task) { self->server_->Post(std::move(task)); };
   ps->service_ = std::make_unique<PsService>(service_options);
   PsService* service = ps->service_.get();
-  TESSERA_ASSIGN_OR_RETURN(
-      ps->server_, RpcServer::Start(RpcServerOptions{options.bind_address, options.threads, options.keys},
-                                    [service](Message&& m, Responder r) { service->Handle(std::move(m), std::move(r)); }));
+  RpcServerOptions server_options;
+  server_options.bind_address = options.bind_address;
+  server_options.worker_threads = options.threads;
+  server_options.keys = options.keys;
+  server_options.connections = options.connections;
+  TESSERA_ASSIGN_OR_RETURN(ps->server_, RpcServer::Start(server_options, [service](Message&& m, Responder r) {
+                             service->Handle(std::move(m), std::move(r));
+                           }));
   ps->endpoint_ = ReplaceEndpointHost(ps->server_->endpoint(), options.advertise_host);
   TESSERA_ASSIGN_OR_RETURN(ps->client_, RpcClient::Create(options.keys));
   TESSERA_ASSIGN_OR_RETURN(ps->master_peer_, ps->client_->Connect(options.master, Role::kMaster));

@@ -27,6 +27,9 @@ struct ParameterServerOptions {
   std::string master;
   // Where to listen; port 0 picks a free one.
   std::string bind_address = "tcp://127.0.0.1:0";
+  // How many connections its port takes (--max_connections_per_peer,
+  // --max_connections).
+  ConnectionLimits connections;
   // The host name trainers use to reach this server (replaces the bind
   // address's host in what is registered; "" keeps it).
   std::string advertise_host;

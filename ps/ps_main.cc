@@ -13,6 +13,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "common/connection_flags.h"
 #include "common/metrics_http.h"
 #include "common/net_address.h"
 #include "common/signal_watcher.h"
@@ -114,6 +115,7 @@ int main(int argc, char** argv) {
   options.keys = *keys;
   options.master = FLAGS_master;
   options.bind_address = FLAGS_bind;
+  options.connections = tessera::ConnectionLimitsFromFlags();
   // Given, the bind host, or (a wildcard bind) the interface toward the master.
   auto advertise = tessera::AdvertisedHost(FLAGS_advertise_host, FLAGS_bind, FLAGS_master);
   if (!advertise.ok()) {

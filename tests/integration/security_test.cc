@@ -16,11 +16,14 @@
 // drawn from TESSERA_TEST_SEED, which the test prints.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -459,6 +462,151 @@ TEST_P(ForgedMessagesTest, AreRefusedAndTheSyncJobEndsBitForBitLikeAnUndisturbed
 
 INSTANTIATE_TEST_SUITE_P(Keys, ForgedMessagesTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Insecure" : "WithKeys"; });
+
+// A TCP connection from `source` (a loopback address) to `endpoint` that
+// sends nothing; -1 if it could not connect.
+int SilentConnection(const std::string& source, const std::string& endpoint) {
+  const size_t colon = endpoint.rfind(':');
+  sockaddr_in to{}, from{};
+  to.sin_family = from.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(std::stoi(endpoint.substr(colon + 1))));
+  if (inet_pton(AF_INET, endpoint.substr(6, colon - 6).c_str(), &to.sin_addr) != 1) return -1;
+  if (inet_pton(AF_INET, source.c_str(), &from.sin_addr) != 1) return -1;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&from), sizeof(from)) != 0 ||
+      connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the other end closed `fd` (what it sent first, a ZeroMQ greeting,
+// is read past), waiting up to `wait`.
+bool ClosedByPeer(int fd, milliseconds wait) {
+  const auto until = std::chrono::steady_clock::now() + wait;
+  char buf[256];
+  while (std::chrono::steady_clock::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 20) <= 0) continue;
+    if (recv(fd, buf, sizeof(buf), 0) <= 0) return true;
+  }
+  return false;
+}
+
+TEST(SecurityTest, AFloodOfConnectionsIsHeldToTheLimitsAndTheSyncJobEndsBitForBitLikeAnUndisturbedOne) {
+  constexpr int kPerPeer = 16, kTotal = 64, kHandshaking = 20, kSilent = 200;
+  const Outcome& want = Undisturbed();
+  ASSERT_FALSE(want.dump.rows.empty());
+  testing::LocalCluster c("security_flood");
+  const std::vector<std::string> limits = {"--max_connections_per_peer", std::to_string(kPerPeer),
+                                           "--max_connections", std::to_string(kTotal)};
+  std::vector<std::string> master_args = {"--dump_dir", c.dir() + "/dump"};
+  master_args.insert(master_args.end(), limits.begin(), limits.end());
+  ASSERT_TRUE(c.StartMaster(Job(), master_args).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(c.StartPs(i, limits).ok());
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.StartTrainer(r, 2).ok());
+  ASSERT_TRUE(c.WaitForSteps(0, 10, milliseconds(60000))) << c.Log("master");
+  struct Port {
+    std::string name, endpoint;
+    Role role;
+  };
+  std::vector<Port> ports = {{"master", MasterEndpoint(c), Role::kMaster}};
+  for (const char* ps : {"ps0", "ps1"}) {
+    // Its own address, as it logs it: "registered with the master ... as ps
+    // N (ENDPOINT)".
+    const std::string log = c.Log(ps);
+    const size_t open = log.find('(', log.find(" as ps "));
+    ASSERT_NE(open, std::string::npos) << log;
+    ports.push_back({ps, log.substr(open + 1, log.find(')', open) - open - 1), Role::kPs});
+  }
+  const size_t steps_before = c.Metrics(0).size();
+  // The job would train its steps in a second or two: trainer 0 is held
+  // (SIGSTOP for 1 s of every 1.02, within the job's peer timeout of 3 s)
+  // so that the whole flood lands while it trains.
+  std::atomic<bool> flooding{true};
+  std::thread throttle([&] {
+    while (flooding.load()) {
+      c.Kill("trainer0", SIGSTOP);
+      for (int i = 0; i < 20 && flooding.load(); ++i) std::this_thread::sleep_for(milliseconds(50));
+      c.Kill("trainer0", SIGCONT);
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+  });
+
+  for (const Port& port : ports) {
+    const int sockets_before = c.OpenFiles(port.name, "socket");
+    // From one host, clients holding the job's trainer key, each on its own
+    // connection: the ones over the per-host limit are refused, saying why.
+    std::vector<std::unique_ptr<RpcClient>> clients;
+    std::vector<std::thread> calls;
+    std::vector<Status> results(kHandshaking);
+    for (int i = 0; i < kHandshaking; ++i) {
+      clients.push_back(RpcClient::Create(JobKeys::Load(c.keys_dir(), Role::kTrainer).value()).value());
+      const int peer = clients.back()->Connect("tcp://127.0.0.3:0;" + port.endpoint.substr(6), port.role).value();
+      calls.emplace_back([&, i, peer] {
+        results[i] = clients[i]->CallSync(peer, Message(Opcode::kHeartbeat), milliseconds(10000)).status();
+      });
+    }
+    for (auto& t : calls) t.join();
+    // Connections still in their handshake count too, so of a burst at once
+    // more than the excess may be refused; never more than the limit get in.
+    int too_many = 0;
+    for (const Status& st : results) {
+      // Answered (a stranger's heartbeat is refused) or refused for the
+      // limit; never left to its deadline.
+      EXPECT_NE(st.code(), StatusCode::kDeadlineExceeded) << port.name << ": " << st;
+      EXPECT_FALSE(st.ok()) << port.name;
+      if (st.code() == StatusCode::kResourceExhausted) {
+        ++too_many;
+        EXPECT_NE(st.message().find("max_connections_per_peer"), std::string::npos) << st;
+      }
+    }
+    EXPECT_GE(too_many, kHandshaking - kPerPeer) << port.name;
+    // From another host, connections that never handshake: held to the
+    // total, the rest closed as they are accepted.
+    std::vector<int> silent;
+    for (int i = 0; i < kSilent; ++i) {
+      const int fd = SilentConnection("127.0.0.2", port.endpoint);
+      if (fd >= 0) silent.push_back(fd);
+    }
+    EXPECT_EQ(silent.size(), static_cast<size_t>(kSilent)) << port.name;
+    // Room was left for at most kTotal less the handshakes let in. The
+    // server closes the others as its I/O thread reads their accepts:
+    // looked at until they are (10 s at most).
+    const int cut_at_least = kSilent - (kTotal - (kHandshaking - too_many));
+    std::vector<bool> closed(silent.size(), false);
+    int cut = 0;
+    for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+         cut < cut_at_least && std::chrono::steady_clock::now() < until;) {
+      for (size_t i = 0; i < silent.size(); ++i) {
+        if (!closed[i] && ClosedByPeer(silent[i], milliseconds(1))) {
+          closed[i] = true;
+          ++cut;
+        }
+      }
+    }
+    EXPECT_GE(cut, cut_at_least) << port.name;
+    const int sockets_during = c.OpenFiles(port.name, "socket");
+    EXPECT_LE(sockets_during, sockets_before + kTotal) << port.name << ": " << sockets_before << " before";
+    std::cout << port.name << ": " << too_many << " of " << kHandshaking << " handshakes from 127.0.0.3 refused, "
+              << cut << " of " << kSilent << " silent connections from 127.0.0.2 closed; sockets " << sockets_before
+              << " before, " << sockets_during << " during\n";
+    for (int fd : silent) close(fd);
+  }
+  flooding = false;
+  throttle.join();
+  // All that while the job trained.
+  EXPECT_LT(steps_before, static_cast<size_t>(kSteps));
+  EXPECT_LT(c.Metrics(0).size(), static_cast<size_t>(kSteps)) << "the job ended before the flood did";
+
+  const Outcome got = Finish(c);
+  std::string where;
+  EXPECT_EQ(testing::MaxDifference(want.dump, got.dump, &where), 0.0) << where;
+  ASSERT_EQ(got.losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(got.losses, want.losses);
+}
 
 TEST(SecurityTest, MembersWithoutTheJobsKeysCannotJoinAndTheJobGoesOn) {
   testing::LocalCluster c("security_join");
