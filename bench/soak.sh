@@ -56,9 +56,10 @@
 # place of another is a new series), from the samples taken before the
 # master printed that the job finished:
 #   - warm-up: the first --warmup_fraction of --minutes (default 0.2, i.e. 6
-#     of 30 minutes), or --warmup_minutes, from the series' own first sample;
-#     it covers the start, the rows being created and the first checkpoints'
-#     buffers. A series with fewer than 3 samples after its warm-up is not
+#     of 30 minutes; 2.5 minutes at least), or --warmup_minutes, from the
+#     series' own first sample; it covers the start, the rows being created,
+#     the first checkpoints' buffers and the two minutes of replies kept for
+#     calls sent again. A series with fewer than 3 samples after its warm-up is not
 #     judged ("short").
 #   - "first" is the median of the first 3 samples after the warm-up, "last"
 #     the median of the last 3 (one odd sample, e.g. taken while a checkpoint
@@ -154,7 +155,10 @@ fi
 if [ -n "$WARMUP_MINUTES" ]; then
   WARMUP_S="$(calc "$WARMUP_MINUTES * 60")"
 else
-  WARMUP_S="$(calc "$WARMUP_FRACTION * $MINUTES_S")"
+  # At least 2.5 minutes: the master and the servers keep each small reply
+  # for two minutes (common/recent_replies.h), so a steady stream of
+  # requests (the master's heartbeats) fills that table for the first two.
+  WARMUP_S="$(calc "($WARMUP_FRACTION * $MINUTES_S > 150) ? $WARMUP_FRACTION * $MINUTES_S : 150")"
 fi
 command -v python3 >/dev/null || { echo "soak: needs python3" >&2; exit 1; }
 read -r -a LAUNCH_EXTRA <<<"$LAUNCH_FLAGS"

@@ -15,8 +15,13 @@ Message ShareFrames(Message& m) {
   return copy;
 }
 
-RecentReplies::RecentReplies(size_t max_entries, size_t max_kept_bytes, size_t max_reply_bytes)
-    : max_entries_(max_entries), max_kept_bytes_(max_kept_bytes), max_reply_bytes_(max_reply_bytes) {}
+RecentReplies::RecentReplies(size_t max_entries, size_t max_kept_bytes, size_t max_reply_bytes,
+                             Clock::duration max_age, std::function<Clock::time_point()> now)
+    : max_entries_(max_entries),
+      max_kept_bytes_(max_kept_bytes),
+      max_reply_bytes_(max_reply_bytes),
+      max_age_(max_age),
+      now_(std::move(now)) {}
 
 std::string RecentReplies::Key(const std::string& routing_id, uint64_t request_id) {
   std::string key = routing_id;
@@ -54,13 +59,15 @@ void RecentReplies::Answered(const std::string& routing_id, uint64_t request_id,
     e.bytes = bytes;
     kept_bytes_ += bytes;
   }
-  answered_.push_back(key);
+  answered_.emplace_back(now_(), key);
   Evict();
 }
 
 void RecentReplies::Evict() {
-  while (!answered_.empty() && (entries_.size() > max_entries_ || kept_bytes_ > max_kept_bytes_)) {
-    auto it = entries_.find(answered_.front());
+  const Clock::time_point oldest = now_() - max_age_;
+  while (!answered_.empty() && (entries_.size() > max_entries_ || kept_bytes_ > max_kept_bytes_ ||
+                                answered_.front().first < oldest)) {
+    auto it = entries_.find(answered_.front().second);
     answered_.pop_front();
     // In progress again (served a second time): it is queued again when answered.
     if (it == entries_.end() || !it->second.answered) continue;

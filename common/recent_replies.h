@@ -14,8 +14,10 @@
 #pragma once
 
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <unordered_map>
 
@@ -31,10 +33,20 @@ class RecentReplies {
     kAnswered,    // send *reply (the kept reply) again
   };
 
+  using Clock = std::chrono::steady_clock;
+
   // Keeps at most `max_entries` answered requests and `max_kept_bytes` of
-  // their replies; replies larger than `max_reply_bytes` are not kept.
+  // their replies, each for at most `max_age` after it was answered;
+  // replies larger than `max_reply_bytes` are not kept. A client sends a
+  // call again as soon as its connection is back, so a reply is wanted again
+  // within seconds of being sent, if ever: two minutes leave room for a long
+  // reconnection, and keep what a steady stream of small requests (the
+  // master's heartbeats) holds from growing for the 65,536 entries' hour.
+  // `now` is for tests.
   explicit RecentReplies(size_t max_entries = 65536, size_t max_kept_bytes = size_t{64} << 20,
-                         size_t max_reply_bytes = size_t{64} << 10);
+                         size_t max_reply_bytes = size_t{64} << 10,
+                         Clock::duration max_age = std::chrono::minutes(2),
+                         std::function<Clock::time_point()> now = Clock::now);
 
   // A request arrived.
   Seen Arrived(const std::string& routing_id, uint64_t request_id, Message* reply);
@@ -55,8 +67,10 @@ class RecentReplies {
   void Evict();
 
   const size_t max_entries_, max_kept_bytes_, max_reply_bytes_;
+  const Clock::duration max_age_;
+  const std::function<Clock::time_point()> now_;
   std::unordered_map<std::string, Entry> entries_;
-  std::deque<std::string> answered_;  // oldest first
+  std::deque<std::pair<Clock::time_point, std::string>> answered_;  // when, and whose; oldest first
   size_t kept_bytes_ = 0;
 };
 

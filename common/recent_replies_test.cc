@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,35 @@ TEST(RecentRepliesTest, TheOldestAnsweredGoFirstAndUnknownAnswersAreIgnored) {
     small.Answered("c", id, reply);
   }
   EXPECT_EQ(small.entries(), 2u);
+}
+
+TEST(RecentRepliesTest, AnswersOlderThanTheirAgeAreForgottenAsNewOnesCome) {
+  RecentReplies::Clock::time_point now{};
+  RecentReplies recent(/*max_entries=*/1000, /*max_kept_bytes=*/1 << 20, /*max_reply_bytes=*/1000,
+                       std::chrono::seconds(120), [&now] { return now; });
+  Message again;
+  // A heartbeat every second for five minutes: what is kept stops growing at
+  // two minutes' worth.
+  for (uint64_t id = 0; id < 300; ++id) {
+    now += std::chrono::seconds(1);
+    recent.Arrived("member", id, &again);
+    Message reply = ReplyOf(id, 10);
+    recent.Answered("member", id, reply);
+    EXPECT_LE(recent.entries(), 121u) << "after " << id + 1 << " s";
+  }
+  EXPECT_EQ(recent.entries(), 121u);
+  EXPECT_EQ(recent.Arrived("member", 299, &again), RecentReplies::Seen::kAnswered);
+  EXPECT_EQ(recent.Arrived("member", 179, &again), RecentReplies::Seen::kAnswered);  // answered 120 s ago
+  EXPECT_EQ(recent.Arrived("member", 178, &again), RecentReplies::Seen::kNew);       // 121 s ago: forgotten
+  // A request still being served is not aged out, however long it takes.
+  EXPECT_EQ(recent.Arrived("slow", 1, &again), RecentReplies::Seen::kNew);
+  now += std::chrono::minutes(10);
+  Message reply = ReplyOf(1, 10);
+  recent.Arrived("member", 1000, &again);
+  recent.Answered("member", 1000, reply);
+  EXPECT_EQ(recent.Arrived("slow", 1, &again), RecentReplies::Seen::kInProgress);
+  // The slow one, member's 178 (being served again) and its 1000.
+  EXPECT_EQ(recent.entries(), 3u);
 }
 
 }  // namespace
