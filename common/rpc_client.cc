@@ -234,6 +234,7 @@ void RpcClient::ReadMonitor(int peer) {
       link.too_many_connections = true;
     } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
       refuse("our key is not one of its job's");
+      link.too_many_connections = false;
     } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
       refuse("the handshake failed: a server of another job, or one without keys?");
     } else if (id == ZMQ_EVENT_DISCONNECTED) {
