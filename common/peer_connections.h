@@ -45,8 +45,6 @@ class PeerConnections {
 
   size_t open() const { return by_fd_.size(); }
   size_t open_from(const std::string& address) const;
-  size_t max_per_peer() const { return max_per_peer_; }
-  size_t max_total() const { return max_total_; }
 
  private:
   size_t max_per_peer_;

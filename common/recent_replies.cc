@@ -59,12 +59,13 @@ void RecentReplies::Answered(const std::string& routing_id, uint64_t request_id,
     e.bytes = bytes;
     kept_bytes_ += bytes;
   }
-  answered_.emplace_back(now_(), key);
-  Evict();
+  const Clock::time_point now = now_();
+  answered_.emplace_back(now, key);
+  Evict(now);
 }
 
-void RecentReplies::Evict() {
-  const Clock::time_point oldest = now_() - max_age_;
+void RecentReplies::Evict(Clock::time_point now) {
+  const Clock::time_point oldest = now - max_age_;
   while (!answered_.empty() && (entries_.size() > max_entries_ || kept_bytes_ > max_kept_bytes_ ||
                                 answered_.front().first < oldest)) {
     auto it = entries_.find(answered_.front().second);

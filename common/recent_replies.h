@@ -64,7 +64,7 @@ class RecentReplies {
     size_t bytes = 0;
   };
   static std::string Key(const std::string& routing_id, uint64_t request_id);
-  void Evict();
+  void Evict(Clock::time_point now);
 
   const size_t max_entries_, max_kept_bytes_, max_reply_bytes_;
   const Clock::duration max_age_;

@@ -1,9 +1,5 @@
 // RpcServer's limits on connections (ConnectionLimits: per peer address and
 // in all) over real sockets on 127.0.0.1, plain and with keys.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -15,6 +11,7 @@
 
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
+#include "tests/support/raw_tcp.h"
 
 namespace tessera {
 namespace {
@@ -128,36 +125,6 @@ TEST_P(ConnectionLimitsTest, OneConnectionOverAHostsLimitIsRefusedWithItsReasonA
   EXPECT_TRUE(in.ok()) << in;
 }
 
-// A TCP connection to `port` on 127.0.0.1 that sends nothing; -1 if it
-// could not connect.
-int SilentConnection(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Whether the server closed `fd`'s connection within `wait`: it reads as
-// ended (a ZeroMQ server's greeting, which it sends first, is read past).
-bool ClosedByServer(int fd, milliseconds wait) {
-  const auto until = std::chrono::steady_clock::now() + wait;
-  char buf[256];
-  while (std::chrono::steady_clock::now() < until) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 50) <= 0) continue;
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) return true;
-  }
-  return false;
-}
-
 TEST_P(ConnectionLimitsTest, AFloodOfSilentConnectionsIsCutAtTheTotalAndTheMembersAreStillServed) {
   constexpr int kTotal = 4, kFlood = 40;
   StartServer(/*per_peer=*/0, kTotal);
@@ -166,13 +133,13 @@ TEST_P(ConnectionLimitsTest, AFloodOfSilentConnectionsIsCutAtTheTotalAndTheMembe
   const int port = std::atoi(server_->endpoint().c_str() + server_->endpoint().rfind(':') + 1);
   std::vector<int> flood;
   for (int i = 0; i < kFlood; ++i) {
-    const int fd = SilentConnection(port);
+    const int fd = testing::SilentConnection("127.0.0.1", "127.0.0.1", port);
     ASSERT_GE(fd, 0);
     flood.push_back(fd);
   }
   // All but the room left (the member holds one) are closed as accepted.
   int cut = 0;
-  for (int fd : flood) cut += ClosedByServer(fd, milliseconds(1000));
+  for (int fd : flood) cut += testing::ClosedByPeer(fd, milliseconds(1000));
   EXPECT_EQ(cut, kFlood - (kTotal - 1));
   EXPECT_NE(Metrics().find("tessera_rpc_open_connections{role=\"test\"} " + std::to_string(kTotal)), std::string::npos)
       << Metrics();

@@ -16,7 +16,6 @@
 // drawn from TESSERA_TEST_SEED, which the test prints.
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -38,6 +37,7 @@
 #include "tests/integration/dump_reader.h"
 #include "tests/integration/local_cluster.h"
 #include "tests/integration/test_jobs.h"
+#include "tests/support/raw_tcp.h"
 
 namespace tessera {
 namespace {
@@ -463,38 +463,6 @@ TEST_P(ForgedMessagesTest, AreRefusedAndTheSyncJobEndsBitForBitLikeAnUndisturbed
 INSTANTIATE_TEST_SUITE_P(Keys, ForgedMessagesTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Insecure" : "WithKeys"; });
 
-// A TCP connection from `source` (a loopback address) to `endpoint` that
-// sends nothing; -1 if it could not connect.
-int SilentConnection(const std::string& source, const std::string& endpoint) {
-  const size_t colon = endpoint.rfind(':');
-  sockaddr_in to{}, from{};
-  to.sin_family = from.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(std::stoi(endpoint.substr(colon + 1))));
-  if (inet_pton(AF_INET, endpoint.substr(6, colon - 6).c_str(), &to.sin_addr) != 1) return -1;
-  if (inet_pton(AF_INET, source.c_str(), &from.sin_addr) != 1) return -1;
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  if (bind(fd, reinterpret_cast<const sockaddr*>(&from), sizeof(from)) != 0 ||
-      connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Whether the other end closed `fd` (what it sent first, a ZeroMQ greeting,
-// is read past), waiting up to `wait`.
-bool ClosedByPeer(int fd, milliseconds wait) {
-  const auto until = std::chrono::steady_clock::now() + wait;
-  char buf[256];
-  while (std::chrono::steady_clock::now() < until) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 20) <= 0) continue;
-    if (recv(fd, buf, sizeof(buf), 0) <= 0) return true;
-  }
-  return false;
-}
-
 TEST(SecurityTest, AFloodOfConnectionsIsHeldToTheLimitsAndTheSyncJobEndsBitForBitLikeAnUndisturbedOne) {
   constexpr int kPerPeer = 16, kTotal = 64, kHandshaking = 20, kSilent = 200;
   const Outcome& want = Undisturbed();
@@ -568,7 +536,9 @@ TEST(SecurityTest, AFloodOfConnectionsIsHeldToTheLimitsAndTheSyncJobEndsBitForBi
     // total, the rest closed as they are accepted.
     std::vector<int> silent;
     for (int i = 0; i < kSilent; ++i) {
-      const int fd = SilentConnection("127.0.0.2", port.endpoint);
+      const size_t colon = port.endpoint.rfind(':');
+      const int fd = testing::SilentConnection("127.0.0.2", port.endpoint.substr(6, colon - 6),
+                                               std::stoi(port.endpoint.substr(colon + 1)));
       if (fd >= 0) silent.push_back(fd);
     }
     EXPECT_EQ(silent.size(), static_cast<size_t>(kSilent)) << port.name;
@@ -581,7 +551,7 @@ TEST(SecurityTest, AFloodOfConnectionsIsHeldToTheLimitsAndTheSyncJobEndsBitForBi
     for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
          cut < cut_at_least && std::chrono::steady_clock::now() < until;) {
       for (size_t i = 0; i < silent.size(); ++i) {
-        if (!closed[i] && ClosedByPeer(silent[i], milliseconds(1))) {
+        if (!closed[i] && testing::ClosedByPeer(silent[i], milliseconds(1))) {
           closed[i] = true;
           ++cut;
         }
