@@ -5,11 +5,78 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include <glog/logging.h>
 
 namespace tessera {
+namespace {
+
+// cpp-httplib's own pool queues every accepted connection, each holding a
+// descriptor until a worker reads it: a flood of connections that send
+// nothing would take all of a server's descriptors, which its RocksDB files,
+// checkpoints and ZeroMQ sockets need. This pool queues a few; with the queue
+// full, the accepting thread answers the next connection itself, so it
+// accepts no more until that one is done and the rest wait in the kernel's
+// listen backlog, holding no descriptor of ours.
+class BoundedTaskQueue : public httplib::TaskQueue {
+ public:
+  BoundedTaskQueue(int threads, size_t max_waiting) : max_waiting_(max_waiting) {
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+  }
+
+  void enqueue(std::function<void()> fn) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (waiting_.size() < max_waiting_) {
+        waiting_.push_back(std::move(fn));
+        ready_.notify_one();
+        return;
+      }
+    }
+    fn();
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    ready_.notify_all();
+    for (std::thread& w : workers_) w.join();
+  }
+
+ private:
+  void Work() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        ready_.wait(lock, [this] { return stopping_ || !waiting_.empty(); });
+        // Connections accepted before the stop are still answered (and closed).
+        if (waiting_.empty()) return;
+        fn = std::move(waiting_.front());
+        waiting_.pop_front();
+      }
+      fn();
+    }
+  }
+
+  const size_t max_waiting_;
+  std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> waiting_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
 
 StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& address, int port,
                                                                       const MetricsRegistry* registry) {
@@ -17,8 +84,8 @@ StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std:
   std::unique_ptr<MetricsHttpServer> s(new MetricsHttpServer());
   s->server_ = std::make_unique<httplib::Server>();
   // Scrapes come every few seconds from one or two scrapers: two threads,
-  // not cpp-httplib's default of one per core.
-  s->server_->new_task_queue = [] { return new httplib::ThreadPool(2); };
+  // not cpp-httplib's default of one per core, and a few connections waiting.
+  s->server_->new_task_queue = [] { return new BoundedTaskQueue(kMetricsThreads, kMetricsWaitingConnections); };
   // SO_REUSEADDR (a restarted role gets its port back at once) but not
   // cpp-httplib's default SO_REUSEPORT, with which two roles given the same
   // port would both bind it and scrapes would reach either at random.

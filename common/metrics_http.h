@@ -5,6 +5,7 @@
 // and no one else (docs/operations.md).
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,6 +18,11 @@ class Server;
 }
 
 namespace tessera {
+
+// The endpoint answers this many connections at once and queues this many
+// more; further ones wait unaccepted (metrics_http.cc says why).
+inline constexpr int kMetricsThreads = 2;
+inline constexpr size_t kMetricsWaitingConnections = 8;
 
 class MetricsHttpServer {
  public:

@@ -1,7 +1,15 @@
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -87,6 +95,58 @@ TEST(MetricsHttpServerTest, APortInUseIsAClearError) {
   ASSERT_FALSE(second.ok());
   EXPECT_TRUE(Contains(second.status().message(), "cannot bind")) << second.status();
   EXPECT_FALSE(MetricsHttpServer::Start("127.0.0.1", 70000, &registry).ok());
+}
+
+int OpenDescriptors() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// A connection to 127.0.0.1:`port` that sends nothing. Non-blocking, so that
+// it is made even when the server's listen backlog is full (it then waits
+// there); -1 if the socket could not be opened.
+int SilentNonBlockingConnection(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to));  // EINPROGRESS is expected
+  return fd;
+}
+
+// A stranger who can reach the endpoint must not take the descriptors the
+// role's RocksDB files and sockets need: silent connections are accepted
+// only a few at a time, and scrapes are answered again once they go.
+TEST(MetricsHttpServerTest, AFloodOfSilentConnectionsHoldsFewDescriptorsAndScrapesResumeAfterIt) {
+  MetricsRegistry registry("ps");
+  auto server = MetricsHttpServer::Start("127.0.0.1", 0, &registry);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int before = OpenDescriptors();
+  constexpr int kFlood = 300;
+  std::vector<int> flood;
+  for (int i = 0; i < kFlood; ++i) {
+    const int fd = SilentNonBlockingConnection((*server)->port());
+    ASSERT_GE(fd, 0) << "socket: " << std::strerror(errno);
+    flood.push_back(fd);
+  }
+  // Long enough for an unbounded queue to accept every one of them.
+  std::this_thread::sleep_for(milliseconds(1500));
+  const int held_by_server = OpenDescriptors() - before - kFlood;
+  for (int fd : flood) close(fd);
+  // Two answered, eight waiting, one answered by the accepting thread.
+  EXPECT_LE(held_by_server, kMetricsThreads + static_cast<int>(kMetricsWaitingConnections) + 1);
+
+  httplib::Client client("127.0.0.1", (*server)->port());
+  client.set_connection_timeout(30, 0);
+  client.set_read_timeout(30, 0);
+  const auto start = std::chrono::steady_clock::now();
+  auto res = client.Get("/metrics");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
 
 TEST(MetricsAddressTest, FollowsTheRolesBindUnlessGiven) {
