@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
@@ -35,11 +36,12 @@ class ConnectionLimitsTest : public ::testing::TestWithParam<bool> {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
-  void StartServer(int64_t per_peer, int64_t total) {
+  void StartServer(int64_t per_peer, int64_t total, int64_t handshake_timeout_ms = 10000) {
     RpcServerOptions options;
     options.worker_threads = 1;
     options.connections.per_peer = per_peer;
     options.connections.total = total;
+    options.connections.handshake_timeout_ms = handshake_timeout_ms;
     if (with_keys()) options.keys = JobKeys::Load(dir_, Role::kMaster).value();
     auto server = RpcServer::Start(options, [this](Message&&, Responder r) {
       ++served_;
@@ -152,6 +154,31 @@ TEST_P(ConnectionLimitsTest, AFloodOfSilentConnectionsIsCutAtTheTotalAndTheMembe
   const Status in = NewcomerServed();
   EXPECT_TRUE(in.ok()) << in;
   EXPECT_TRUE(Call(member).ok());
+}
+
+TEST_P(ConnectionLimitsTest, ConnectionsThatNeverHandshakeAreClosedAfterTheHandshakeTimeout) {
+  StartServer(/*per_peer=*/2, /*total=*/0, /*handshake_timeout_ms=*/500);
+  Member member = Connect();
+  ASSERT_TRUE(Call(member).ok());
+  const std::string& endpoint = server_->endpoint();
+  const int port = std::atoi(endpoint.c_str() + endpoint.rfind(':') + 1);
+  // Silent connections from the member's own host fill its room...
+  std::vector<int> silent;
+  for (int i = 0; i < 2; ++i) silent.push_back(testing::SilentConnection("127.0.0.1", "127.0.0.1", port));
+  ASSERT_GE(silent[0], 0);
+  ASSERT_GE(silent[1], 0);
+  // ... until the server closes them, half a second after their accept
+  // (libzmq's default would hold them 30 s).
+  const auto start = std::chrono::steady_clock::now();
+  for (int fd : silent) EXPECT_TRUE(testing::ClosedByPeer(fd, milliseconds(5000)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  for (int fd : silent) close(fd);
+  // The member's connection, handshaken long before, is not touched, and a
+  // newcomer from the host gets the room again.
+  std::this_thread::sleep_for(milliseconds(700));
+  EXPECT_TRUE(Call(member).ok());
+  const Status in = NewcomerServed();
+  EXPECT_TRUE(in.ok()) << in;
 }
 
 INSTANTIATE_TEST_SUITE_P(Transport, ConnectionLimitsTest, ::testing::Values(false, true),

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -93,6 +94,9 @@ StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& op
     // the server may not have noticed is gone.
     s->socket_->set(zmq::sockopt::router_handover, 1);
     s->socket_->set(zmq::sockopt::maxmsgsize, options.max_frame_bytes);
+    s->socket_->set(zmq::sockopt::handshake_ivl,
+                    static_cast<int>(std::clamp<int64_t>(options.connections.handshake_timeout_ms, 0,
+                                                         std::numeric_limits<int>::max())));
     // A plain socket asks ZAP only when it has a domain.
     s->socket_->set(zmq::sockopt::zap_domain, "tessera");
     if (s->keys_) {

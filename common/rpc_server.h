@@ -39,6 +39,11 @@ struct ConnectionLimits {
   // server's files need. -1: DefaultMaxConnections() (half the process's
   // descriptors, at most 4,096); 0: no limit.
   int64_t total = -1;
+  // A connection that has not finished its handshake this long after it was
+  // accepted is closed (libzmq's ZMQ_HANDSHAKE_IVL; its default is 30 s), so
+  // connections that never handshake hold their room that long at most. A
+  // member's client that is cut off dials again. 0: no limit.
+  int64_t handshake_timeout_ms = 10000;
 };
 
 struct RpcServerOptions {
