@@ -3,9 +3,9 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <limits>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <exception>
 #include <unordered_map>
 #include <vector>
