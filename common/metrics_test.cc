@@ -1,7 +1,4 @@
-#include <arpa/inet.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +16,7 @@
 #include "common/prometheus_text.h"
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
+#include "tests/support/raw_tcp.h"
 
 namespace tessera {
 namespace {
@@ -102,20 +100,6 @@ int OpenDescriptors() {
   return n;
 }
 
-// A connection to 127.0.0.1:`port` that sends nothing. Non-blocking, so that
-// it is made even when the server's listen backlog is full (it then waits
-// there); -1 if the socket could not be opened.
-int SilentNonBlockingConnection(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-  if (fd < 0) return -1;
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-  connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to));  // EINPROGRESS is expected
-  return fd;
-}
-
 // A stranger who can reach the endpoint must not take the descriptors the
 // role's RocksDB files and sockets need: silent connections are accepted
 // only a few at a time, and scrapes are answered again once they go.
@@ -127,8 +111,10 @@ TEST(MetricsHttpServerTest, AFloodOfSilentConnectionsHoldsFewDescriptorsAndScrap
   constexpr int kFlood = 300;
   std::vector<int> flood;
   for (int i = 0; i < kFlood; ++i) {
-    const int fd = SilentNonBlockingConnection((*server)->port());
-    ASSERT_GE(fd, 0) << "socket: " << std::strerror(errno);
+    // Without waiting: past the backlog the server leaves, a connect would wait for good.
+    const int fd =
+        testing::SilentConnection("127.0.0.1", "127.0.0.1", (*server)->port(), testing::Connect::kDontWait);
+    ASSERT_GE(fd, 0) << "connection " << i << ": " << std::strerror(errno);
     flood.push_back(fd);
   }
   // Long enough for an unbounded queue to accept every one of them.
