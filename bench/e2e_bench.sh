@@ -14,6 +14,11 @@
 # Every process runs on the OpenBLAS kernels the trainers run on (their
 # OPENBLAS_CORETYPE; printed at the start), the peers' torch included.
 #
+# After each Tessera job it prints the servers' CPU per trainer step and per
+# looked-up id, and each C++ trainer's step phases (medians over the timed
+# steps: the dense model, the allreduce and optimizer after it, the waits for
+# rows and pushes), to stderr.
+#
 # Each repeat also measures the dense-only limit: the workload's dense model
 # alone (build/bench/tessera_dense_bench: forward, backward and SGD, no
 # lookups, data or allreduce), one process per trainer side by side, and
@@ -135,6 +140,18 @@ print("  %s servers, per trainer step: %s ms in all (%s); ns per looked-up id: %
     sys.argv[2], "%.2f" % sum(per_step.values()),
     ", ".join("%s %.2f" % (n, per_step[n]) for n, _ in parts),
     ", ".join("%s %.0f" % (n, per_id[n]) for n, _ in parts)))
+# Where the C++ trainers' steps went: each phase's median over the timed
+# steps (the first 20 are the warm-up), per trainer. PyTorch trainers log
+# only whole steps.
+import glob, os, statistics
+phases = [("step", "step_ms"), ("dense", "dense_ms"), ("allreduce+optimizer", "allreduce_ms"),
+          ("lookup wait", "lookup_ms"), ("push wait", "push_ms")]
+for path in sorted(glob.glob(os.path.join(os.path.dirname(sys.argv[1]), "trainer*.jsonl"))):
+    lines = [json.loads(l) for l in open(path)][20:]
+    if not lines or "dense_ms" not in lines[0]:
+        continue
+    print("  %s %s, median ms: %s" % (sys.argv[2], os.path.basename(path)[:-len(".jsonl")], ", ".join(
+        "%s %.2f" % (n, statistics.median(l[k] for l in lines)) for n, k in phases)))
 PY
   python3 -c "import json;print(round(json.load(open('$run/summary.json'))['examples_per_s']))"
 }
