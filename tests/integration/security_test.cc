@@ -183,7 +183,8 @@ Message Damage(const Message& m, std::mt19937_64& rng, std::string* how) {
 // the connection was made.
 bool SendRawBytes(const std::string& endpoint, const std::string& bytes) {
   const size_t colon = endpoint.rfind(':');
-  const int fd = testing::SilentConnection("0.0.0.0", endpoint.substr(6, colon - 6), std::stoi(endpoint.substr(colon + 1)));
+  const int port = std::stoi(endpoint.substr(colon + 1));
+  const int fd = testing::SilentConnection("0.0.0.0", endpoint.substr(6, colon - 6), port);  // any source address
   if (fd < 0) return false;
   (void)!write(fd, bytes.data(), bytes.size());
   close(fd);
