@@ -9,7 +9,7 @@
 #   W2: the same with 8 tables of 200,000 rows on 2 parameter servers
 #
 #   bench/e2e_bench.sh [--steps N] [--mode async|sync] [--prefetch] [--workloads "w1 w2"] [--repeats R] [--python]
-#                      [--torchrec_python PATH] [--insecure] [--qcomms bf16]
+#                      [--torchrec_python PATH] [--insecure] [--qcomms bf16] [--trainer_cpus split|all]
 #
 # Every process runs on the OpenBLAS kernels the trainers run on (their
 # OPENBLAS_CORETYPE; printed at the start), the peers' torch included.
@@ -32,6 +32,10 @@
 # runs them with training.qcomms bf16 both ways (rows and gradients as
 # bfloat16 on the wire; the label gains "+bf16"): not like for like with the
 # peers, which send float32.
+#
+# --trainer_cpus all lets Tessera's trainers run on every CPU (the label gains
+# "+cpus_all"); by default scripts/launch_local.sh gives each its own share
+# (split). The peers place their processes as their own launchers do.
 #
 # --python also runs each workload with PyTorch trainers (examples/dlrm_criteo.py
 # through tessera.torch, DDP over Gloo; docs/python.md) in the same run, and
@@ -67,6 +71,7 @@ REPEATS=1
 PYTHON=0
 INSECURE=()
 QCOMMS=fp32
+TRAINER_CPUS="split"
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;
@@ -78,6 +83,7 @@ while [ $# -gt 0 ]; do
     --torchrec_python) TORCHREC_PY="$2"; shift 2 ;;
     --insecure) INSECURE=(--insecure); shift ;;
     --qcomms) QCOMMS="$2"; shift 2 ;;
+    --trainer_cpus) TRAINER_CPUS="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -101,6 +107,7 @@ LABEL="$MODE"
 [ "$PREFETCH" = 1 ] && LABEL="$MODE+pf"
 [ ${#INSECURE[@]} -gt 0 ] && LABEL="$LABEL+plain"
 [ "$QCOMMS" = fp32 ] || LABEL="$LABEL+$QCOMMS"
+[ "$TRAINER_CPUS" = split ] || LABEL="$LABEL+cpus_$TRAINER_CPUS"
 TARGETS=(--target tessera_master --target tessera_ps --target tessera_trainer --target tessera_dense_bench)
 [ "$PYTHON" = 1 ] && TARGETS+=(--target tessera_python)
 "$ROOT/scripts/build.sh" "${TARGETS[@]}" >/dev/null
@@ -124,7 +131,8 @@ c["training"]["qcomms"] = {"forward_precision": sys.argv[6], "backward_precision
 json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
   PYTHONPATH="${TESSERA_BUILD_DIR:-$ROOT/build}/python" \
-    "$ROOT/scripts/launch_local.sh" --ps "$ps" --trainers 2 --config "$cfg" --run_dir "$run" "${trainer[@]}" "${INSECURE[@]}" >/dev/null
+    "$ROOT/scripts/launch_local.sh" --ps "$ps" --trainers 2 --config "$cfg" --run_dir "$run" "${trainer[@]}" "${INSECURE[@]}" \
+    --trainer_cpus "$TRAINER_CPUS" >/dev/null
   # The servers' compute (their threads' CPU time) per trainer step and per looked-up id (to stderr:
   # stdout is the examples/s).
   python3 - "$run/summary.json" "$w" >&2 <<'PY'

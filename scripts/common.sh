@@ -39,3 +39,15 @@ running() {
   stat="${stat##*) }"
   [ "${stat%% *}" != "Z" ]
 }
+
+# The CPUs process $1 may run on (its Cpus_allowed_list, "0-3,8" expanded),
+# one per line in increasing order.
+allowed_cpus_of() {
+  local list part parts
+  list="$(awk '/^Cpus_allowed_list:/ {print $2}' "/proc/$1/status" 2>/dev/null)"
+  [ -n "$list" ] || return 1
+  IFS=, read -ra parts <<<"$list"
+  for part in "${parts[@]}"; do
+    if [[ "$part" == *-* ]]; then seq "${part%-*}" "${part#*-}"; else echo "$part"; fi
+  done
+}

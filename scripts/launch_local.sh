@@ -4,7 +4,7 @@
 #
 #   scripts/launch_local.sh --ps N --trainers M --config job.json --run_dir DIR
 #       [--ps_flags "FLAGS"] [--trainer_flags "FLAGS"] [--trainer_cmd CMD] [--timeout_s S]
-#       [--max_restarts R] [--keys KEYS | --insecure] [-- extra master flags]
+#       [--max_restarts R] [--trainer_cpus split|all] [--keys KEYS | --insecure] [-- extra master flags]
 #   scripts/launch_local.sh --run_dir DIR --add_ps N [--ps_flags "FLAGS"]
 #
 # --ps_flags go to every parameter server; {i} in them becomes the server's
@@ -17,6 +17,14 @@
 # set to the OpenBLAS kernels tessera_trainer runs on (unless already set).
 # The binaries come from $TESSERA_BUILD_DIR (default build/), or all from one
 # folder with TESSERA_BIN_DIR (a GPU bundle's bin/).
+#
+# --trainer_cpus split (the default) gives each trainer CPUs of its own: the
+# CPUs this script may run on, in equal shares by rank (taskset), where there
+# are at least as many as trainers; the master and the servers run on all of
+# them: unpinned, two trainers' models at times queue on one CPU while the
+# other runs a server or sits idle (on two cores W1 ran a median 1.08x as
+# fast pinned, W2 1.02-1.05x; bench/README.md, "Each trainer on its own
+# CPU"). --trainer_cpus all lets every trainer run on every CPU.
 #
 # Every role gets the job's keys (CURVE: encrypted, and only the job's own
 # processes may connect): new ones written to DIR/keys for each job, or the
@@ -69,6 +77,7 @@ MASTER_EXTRA=()
 PS_FLAGS=""
 TRAINER_FLAGS=""
 MAX_RESTARTS=0
+TRAINER_CPUS="split"
 TRAINER_CMD=""
 ADD_PS=""
 KEYS=""
@@ -85,6 +94,7 @@ while [ $# -gt 0 ]; do
     --trainer_flags) TRAINER_FLAGS="$2"; JOB_ARGS=1; shift 2 ;;
     --trainer_cmd) TRAINER_CMD="$2"; JOB_ARGS=1; shift 2 ;;
     --max_restarts) MAX_RESTARTS="$2"; JOB_ARGS=1; shift 2 ;;
+    --trainer_cpus) TRAINER_CPUS="$2"; JOB_ARGS=1; shift 2 ;;
     --add_ps) ADD_PS="$2"; shift 2 ;;
     --keys) KEYS="$2"; JOB_ARGS=1; shift 2 ;;
     --insecure) INSECURE=1; JOB_ARGS=1; shift ;;
@@ -93,11 +103,27 @@ while [ $# -gt 0 ]; do
   esac
 done
 usage() {
-  echo "usage: $0 --ps N --trainers M --config job.json --run_dir DIR [--ps_flags F] [--trainer_flags F] [--trainer_cmd CMD] [--timeout_s S] [--max_restarts R] [--keys KEYS | --insecure] [-- master flags]" >&2
+  echo "usage: $0 --ps N --trainers M --config job.json --run_dir DIR [--ps_flags F] [--trainer_flags F] [--trainer_cmd CMD] [--timeout_s S] [--max_restarts R] [--trainer_cpus split|all] [--keys KEYS | --insecure] [-- master flags]" >&2
   echo "       $0 --run_dir DIR --add_ps N [--ps_flags F]" >&2
   exit 2
 }
 is_count() { [[ "$1" =~ ^[0-9]+$ ]]; }
+
+# The CPUs this script may run on (its affinity: the machine's, or what a
+# cgroup, taskset or SLURM left it), one per line, ordered by socket and
+# core, so that a core's hyperthreads are neighbours and an equal share of the
+# list is whole cores wherever it can be.
+allowed_cpus() {
+  local allowed=() cpu
+  for cpu in $(allowed_cpus_of $$); do allowed[cpu]=1; done
+  [ ${#allowed[@]} -gt 0 ] || return 1
+  if lscpu -p=CPU,CORE,SOCKET >/dev/null 2>&1; then
+    lscpu -p=CPU,CORE,SOCKET | grep -v '^#' | sort -t, -k3,3n -k2,2n -k1,1n | cut -d, -f1 |
+      while read -r cpu; do [ -n "${allowed[cpu]:-}" ] && echo "$cpu"; done
+  else
+    printf '%s\n' "${!allowed[@]}"
+  fi
+}
 
 
 # Claims the next free server index in RUN_DIR by creating its log file
@@ -229,6 +255,10 @@ if ! is_count "$MAX_RESTARTS"; then
   echo "launch_local: --max_restarts needs a number >= 0, not '$MAX_RESTARTS'" >&2
   exit 2
 fi
+if [ "$TRAINER_CPUS" != split ] && [ "$TRAINER_CPUS" != all ]; then
+  echo "launch_local: --trainer_cpus takes split or all, not '$TRAINER_CPUS'" >&2
+  exit 2
+fi
 MASTER_BIN="$(tessera_bin tessera_master)" || exit 1
 PS_BIN="$(tessera_bin tessera_ps)" || exit 1
 if [ -n "$TRAINER_CMD" ]; then
@@ -346,11 +376,32 @@ start_ps() {
   PIDS+=("$!"); NAMES+=("ps$1")
 }
 for i in $(seq 0 $((NUM_PS - 1))); do start_ps "$i"; done
-# Starts trainer $1 as a child, named $2 (its log $2.log); a replacement
-# appends to the same metrics file.
+# --trainer_cpus split: the CPUs of each rank's trainer, comma-separated.
+TRAINER_CPU_SETS=()
+if [ "$TRAINER_CPUS" = split ] && is_count "$NUM_TRAINERS" && [ "$NUM_TRAINERS" -gt 1 ]; then
+  mapfile -t CPUS < <(allowed_cpus)
+  per=$((${#CPUS[@]} / NUM_TRAINERS))
+  if [ "$per" -lt 1 ]; then
+    echo "launch_local: $NUM_TRAINERS trainers on ${#CPUS[@]} CPU(s): the trainers share them" >&2
+  elif ! command -v taskset >/dev/null; then
+    echo "launch_local: taskset (util-linux) not found: the trainers share the CPUs" >&2
+  else
+    for r in $(seq 0 $((NUM_TRAINERS - 1))); do
+      TRAINER_CPU_SETS[r]="$(IFS=,; echo "${CPUS[*]:r*per:per}")"
+    done
+    echo "launch_local: each trainer on $per CPU(s) of its own (trainer 0 on ${TRAINER_CPU_SETS[0]}," \
+      "trainer $((NUM_TRAINERS - 1)) on ${TRAINER_CPU_SETS[NUM_TRAINERS - 1]}); the master and servers on all" \
+      "${#CPUS[@]}" >&2
+  fi
+fi
+
+# Starts trainer $1 as a child, named $2 (its log $2.log), on its rank's CPUs;
+# a replacement appends to the same metrics file.
 start_trainer() {
+  local pin=()
+  [ -n "${TRAINER_CPU_SETS[$1]:-}" ] && pin=(taskset -c "${TRAINER_CPU_SETS[$1]}")
   # shellcheck disable=SC2086  # the flags are meant to split into words
-  "$TRAINER_BIN" --master "$MASTER" "${SECURITY[@]}" --rank "$1" --world "$NUM_TRAINERS" \
+  "${pin[@]}" "$TRAINER_BIN" --master "$MASTER" "${SECURITY[@]}" --rank "$1" --world "$NUM_TRAINERS" \
     --metrics_file "$RUN_DIR/trainer$1.jsonl" ${TRAINER_FLAGS//\{r\}/$1} >"$RUN_DIR/$2.log" 2>&1 &
   PIDS+=("$!"); NAMES+=("$2"); RANKS[${#PIDS[@]}-1]="$1"
 }

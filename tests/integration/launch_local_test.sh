@@ -11,6 +11,10 @@
 #      the launcher exits 0.
 #   c) SIGTERM to the launcher of a job with an added server: every process of
 #      the job, the added server included, is gone.
+# In a) and b) each trainer runs on CPUs of its own (--trainer_cpus split, the
+# default; a restarted trainer on its rank's), the master and servers on all
+# of the test's; in c) (--trainer_cpus all) every trainer on all of them. On
+# a machine with one CPU the split is checked as skipped.
 #
 #   tests/integration/launch_local_test.sh
 #
@@ -169,6 +173,7 @@ a() {
   local dir="$TMP/run_a" code added_pid
   start_job a 1000
   wait_for_training a || return
+  check_trainer_cpus a split
   timeout 60 "$LAUNCH" --run_dir "$dir" --add_ps 1 >"$TMP/a_add.out" 2>&1
   code=$?
   if [ "$code" -eq 0 ] && log_has "$TMP/a_add.out" "started ps2" && log_has "$TMP/a_add.out" "ps2 registered with the master"; then
@@ -227,6 +232,60 @@ child_of_launcher() {
   done
 }
 
+# "PID RANK" of each trainer the launcher runs.
+launcher_trainers() {
+  local pid
+  for pid in $(pgrep -P "$LPID"); do
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = tessera_trainer ] || continue
+    echo "$pid $(tr '\0' '\n' <"/proc/$pid/cmdline" | sed -n '/^--rank$/{n;p;q}')"
+  done
+}
+cpus_of() { allowed_cpus_of "$1" | paste -sd, -; }
+
+# The CPUs of each trainer of the launcher (two of them) after --trainer_cpus
+# $2: split, each on as many of the test's CPUs as the other and none of the
+# other's; all, each on all of them. The master and servers on all of them.
+# Sets TRAINER_CPUS_BY_RANK[rank].
+TRAINER_CPUS_BY_RANK=()
+check_trainer_cpus() {  # PART split|all
+  local ours n pid rank cpus count union=() others=0 found=0 cpu failed=$FAILURES
+  ours="$(cpus_of $$)"
+  n="$(allowed_cpus_of $$ | wc -l)"
+  TRAINER_CPUS_BY_RANK=()
+  while read -r pid rank; do
+    [ -n "$pid" ] || continue
+    found=$((found + 1))
+    cpus="$(cpus_of "$pid")"
+    TRAINER_CPUS_BY_RANK[rank]="$cpus"
+    count="$(allowed_cpus_of "$pid" | wc -l)"
+    for cpu in $(allowed_cpus_of "$pid"); do union[cpu]=1; done
+    if [ "$2" = all ] || [ "$n" -lt 2 ]; then
+      [ "$cpus" = "$ours" ] || fail "$1: trainer $rank (pid $pid) runs on CPUs $cpus, not all of $ours"
+    elif [ "$count" -ne $((n / 2)) ]; then
+      fail "$1: trainer $rank (pid $pid) runs on $count CPU(s) ($cpus), not $((n / 2)) of $ours"
+    fi
+  done < <(launcher_trainers)
+  for pid in $(pgrep -P "$LPID"); do
+    case "$(cat "/proc/$pid/comm" 2>/dev/null)" in
+      tessera_master | tessera_ps)
+        [ "$(cpus_of "$pid")" = "$ours" ] || others=$((others + 1)) ;;
+    esac
+  done
+  if [ "$FAILURES" -ne "$failed" ]; then
+    return
+  elif [ "$found" -ne 2 ]; then
+    fail "$1: found $found trainer(s) of the launcher, not 2"
+  elif [ "$others" -ne 0 ]; then
+    fail "$1: $others master or server process(es) do not run on all of the CPUs $ours"
+  elif [ "$2" = split ] && [ "$n" -lt 2 ]; then
+    echo "SKIP: $1: one CPU ($ours): the trainers share it, as --trainer_cpus split does there"
+  elif [ "$2" = split ] && [ "${#union[@]}" -ne $((2 * (n / 2))) ]; then
+    fail "$1: the trainers' CPUs overlap: ${TRAINER_CPUS_BY_RANK[*]}"
+  else
+    pass "$1: --trainer_cpus $2: trainer 0 on CPUs ${TRAINER_CPUS_BY_RANK[0]:-?}, trainer 1 on ${TRAINER_CPUS_BY_RANK[1]:-?}, the master and servers on $ours"
+  fi
+}
+
 # Kills the launcher's child running binary $1 with SIGKILL; its pid in
 # $victim. Fails the part when there is none.
 kill_child() {
@@ -239,6 +298,8 @@ kill_child() {
 }
 
 # shellcheck disable=SC2317  # called through wait_until
+trainers_running() { [ "$(launcher_trainers | wc -l)" -eq "$1" ]; }
+# shellcheck disable=SC2317  # called through wait_until
 recovered_twice() { [ "$(grep -c -F "[master] recovered" "$1")" -ge 2 ]; }
 
 # ---- b) --max_restarts: a killed server, then a killed trainer, replaced ----
@@ -246,6 +307,8 @@ b() {
   local dir="$TMP/run_b" code victim=""
   start_job b 3000 --max_restarts 3
   wait_for_training b || return
+  check_trainer_cpus b split
+  local before=("${TRAINER_CPUS_BY_RANK[@]}")
   kill_child tessera_ps || return
   if wait_until 15 log_has "$TMP/b.out" "exited with code 137; started ps2 in its place (restart 1 of 3)"; then
     pass "b: $(grep -m1 -F "started ps2 in its place" "$TMP/b.out")"
@@ -266,6 +329,17 @@ b() {
   else
     fail "b: the launcher did not restart the killed trainer (pid $victim)"
     show "$TMP/b.out"
+  fi
+  # The new trainer runs with its rank, on the CPUs its rank had.
+  if wait_until 10 trainers_running 2; then
+    check_trainer_cpus b split
+    if [ "${TRAINER_CPUS_BY_RANK[*]}" = "${before[*]}" ]; then
+      pass "b: the restarted trainer runs on its rank's CPUs"
+    else
+      fail "b: the trainers' CPUs by rank were ${before[*]}, after the restart ${TRAINER_CPUS_BY_RANK[*]}"
+    fi
+  else
+    fail "b: the launcher does not run two trainers after the restart"
   fi
   snapshot "$dir" "$LPID"
   if wait_until 60 recovered_twice "$dir/master.log"; then
@@ -305,8 +379,9 @@ b() {
 # ---- c) SIGTERM to the launcher stops everything, added servers too ----
 c() {
   local dir="$TMP/run_c" code
-  start_job c 100000
+  start_job c 100000 --trainer_cpus all
   wait_for_training c || return
+  check_trainer_cpus c all
   if ! timeout 60 "$LAUNCH" --run_dir "$dir" --add_ps 1 >"$TMP/c_add.out" 2>&1; then
     fail "c: --add_ps 1 failed"
     show "$TMP/c_add.out"
