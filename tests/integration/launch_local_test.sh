@@ -48,7 +48,7 @@ source "$ROOT/scripts/common.sh"
 # Records the tessera processes of a job: the launcher's children (given its
 # pid) and the servers added with --add_ps.
 snapshot() {  # DIR [LAUNCHER_PID]
-  local pid name
+  local pid name want
   if [ -n "${2:-}" ]; then
     for pid in $(pgrep -P "$2" 2>/dev/null); do
       case "$(cat "/proc/$pid/comm" 2>/dev/null)" in tessera_*) remember "$pid" ;; esac
@@ -221,22 +221,21 @@ a() {
   fi
 }
 
-# The pid of the launcher's child running binary $1 (its comm), or nothing.
-child_of_launcher() {
-  local pid
+# The pids of the launcher's children running binaries $@ (their comm).
+children_of_launcher() {
+  local pid name want
   for pid in $(pgrep -P "$LPID"); do
-    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ]; then
-      echo "$pid"
-      return
-    fi
+    name="$(cat "/proc/$pid/comm" 2>/dev/null)"
+    for want in "$@"; do [ "$name" = "$want" ] && echo "$pid"; done
   done
 }
+# The pid of the launcher's child running binary $1, or nothing.
+child_of_launcher() { children_of_launcher "$1" | head -n 1; }
 
 # "PID RANK" of each trainer the launcher runs.
 launcher_trainers() {
   local pid
-  for pid in $(pgrep -P "$LPID"); do
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = tessera_trainer ] || continue
+  for pid in $(children_of_launcher tessera_trainer); do
     echo "$pid $(tr '\0' '\n' <"/proc/$pid/cmdline" | sed -n '/^--rank$/{n;p;q}')"
   done
 }
@@ -248,28 +247,25 @@ cpus_of() { allowed_cpus_of "$1" | paste -sd, -; }
 # Sets TRAINER_CPUS_BY_RANK[rank].
 TRAINER_CPUS_BY_RANK=()
 check_trainer_cpus() {  # PART split|all
-  local ours n pid rank cpus count union=() others=0 found=0 cpu failed=$FAILURES
+  local ours n pid rank cpus list=() union=() others=0 found=0 cpu failed=$FAILURES
   ours="$(cpus_of $$)"
   n="$(allowed_cpus_of $$ | wc -l)"
   TRAINER_CPUS_BY_RANK=()
   while read -r pid rank; do
     [ -n "$pid" ] || continue
     found=$((found + 1))
-    cpus="$(cpus_of "$pid")"
+    mapfile -t list < <(allowed_cpus_of "$pid")
+    cpus="$(IFS=,; echo "${list[*]}")"
     TRAINER_CPUS_BY_RANK[rank]="$cpus"
-    count="$(allowed_cpus_of "$pid" | wc -l)"
-    for cpu in $(allowed_cpus_of "$pid"); do union[cpu]=1; done
+    for cpu in "${list[@]}"; do union[cpu]=1; done
     if [ "$2" = all ] || [ "$n" -lt 2 ]; then
       [ "$cpus" = "$ours" ] || fail "$1: trainer $rank (pid $pid) runs on CPUs $cpus, not all of $ours"
-    elif [ "$count" -ne $((n / 2)) ]; then
-      fail "$1: trainer $rank (pid $pid) runs on $count CPU(s) ($cpus), not $((n / 2)) of $ours"
+    elif [ "${#list[@]}" -ne $((n / 2)) ]; then
+      fail "$1: trainer $rank (pid $pid) runs on ${#list[@]} CPU(s) ($cpus), not $((n / 2)) of $ours"
     fi
   done < <(launcher_trainers)
-  for pid in $(pgrep -P "$LPID"); do
-    case "$(cat "/proc/$pid/comm" 2>/dev/null)" in
-      tessera_master | tessera_ps)
-        [ "$(cpus_of "$pid")" = "$ours" ] || others=$((others + 1)) ;;
-    esac
+  for pid in $(children_of_launcher tessera_master tessera_ps); do
+    [ "$(cpus_of "$pid")" = "$ours" ] || others=$((others + 1))
   done
   if [ "$FAILURES" -ne "$failed" ]; then
     return
