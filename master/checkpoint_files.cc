@@ -62,7 +62,7 @@ Status WriteFileDurably(const std::string& path, const std::string& bytes) {
     const ssize_t k = write(fd, p, left);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
-      st = errno == ENOSPC ? Status::ResourceExhausted("cannot write " + path + " (disk full)")
+      st = errno == ENOSPC ? Status::ResourceExhausted("cannot write " + path + ": " + std::strerror(errno) + " (disk full)")
                            : Status::Unavailable("cannot write " + path + ": " + std::strerror(errno));
     } else {
       p += k;

@@ -3,8 +3,11 @@
 #include "master/checkpoint_manifest.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <functional>
+
+#include "master/checkpoint_files.h"
 
 namespace tessera {
 namespace {
@@ -56,6 +59,17 @@ TEST(CheckpointManifestTest, WhatIsWrittenReadsBack) {
   EXPECT_EQ(m->shards[2].table, "b");
   EXPECT_EQ(m->shards[2].spec.row_offset, 50);
   EXPECT_EQ(m->shards[2].path, "ps1/shard2");
+}
+
+// A full disk is named in the system's words, as the servers name it, so
+// the operator reads the same cause whichever write of a checkpoint meets it
+// first: a server's shard or the master's manifest.
+TEST(CheckpointManifestTest, AFullDiskIsNamed) {
+  if (access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full here";
+  const Status st = WriteFileDurably("/dev/full", "{}\n");
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("No space left on device"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("/dev/full"), std::string::npos) << st;
 }
 
 TEST(CheckpointManifestTest, DamagedText) {

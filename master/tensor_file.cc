@@ -24,7 +24,7 @@ Status WriteAll(int fd, const std::string& path, const void* data, int64_t bytes
     const ssize_t k = pwrite(fd, p, static_cast<size_t>(bytes), offset);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
-      return errno == ENOSPC ? Status::ResourceExhausted("cannot write " + path + " (disk full)")
+      return errno == ENOSPC ? Status::ResourceExhausted("cannot write " + path + ": " + std::strerror(errno) + " (disk full)")
                              : Status::Unavailable("cannot write " + path + ": " + std::strerror(errno));
     }
     p += k;
