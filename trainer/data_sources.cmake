@@ -18,7 +18,7 @@ set_source_files_properties(zipf_sampler.cc PROPERTIES
   COMPILE_OPTIONS "$<$<CXX_COMPILER_ID:GNU>:-fvect-cost-model=dynamic>")
 
 tessera_add_test(trainer_fnv1a_test SOURCES fnv1a_test.cc LIBS tessera_data)
-tessera_add_test(trainer_zipf_sampler_test SOURCES zipf_sampler_test.cc LIBS tessera_data)
+tessera_add_test(trainer_zipf_sampler_test SOURCES zipf_sampler_test.cc LIBS tessera_data OPTIMIZED)
 tessera_add_test(trainer_data_split_test SOURCES data_split_test.cc LIBS tessera_data)
 tessera_add_test(trainer_synthetic_source_test SOURCES synthetic_source_test.cc LIBS tessera_data)
 tessera_add_test(trainer_criteo_source_test SOURCES criteo_source_test.cc LIBS tessera_data)
