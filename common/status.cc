@@ -1,5 +1,7 @@
 #include "common/status.h"
 
+#include <cerrno>
+#include <cstring>
 #include <ostream>
 
 namespace tessera {
@@ -42,5 +44,12 @@ Status Status::WithContext(const std::string& context) const {
 }
 
 std::ostream& operator<<(std::ostream& os, const Status& s) { return os << s.ToString(); }
+
+Status ErrnoStatus(const std::string& what) {
+  const int e = errno;
+  std::string message = what + ": " + std::strerror(e);
+  if (e == ENOSPC || e == EDQUOT) return Status::ResourceExhausted(std::move(message));
+  return Status::Unavailable(std::move(message));
+}
 
 }  // namespace tessera

@@ -85,6 +85,12 @@ class [[nodiscard]] Status {
 
 std::ostream& operator<<(std::ostream& os, const Status& s);
 
+// A failed system call's Status: `what`, then errno's text. A full disk or
+// quota (ENOSPC, EDQUOT) is RESOURCE_EXHAUSTED, mended by making room;
+// anything else UNAVAILABLE. Reads errno, so call it right after the call
+// that failed.
+Status ErrnoStatus(const std::string& what);
+
 // Either a value or a non-OK Status.
 template <typename T>
 class [[nodiscard]] StatusOr {

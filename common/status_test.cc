@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+
 namespace tessera {
 namespace {
 
@@ -24,6 +26,22 @@ TEST(StatusTest, OkAndErrors) {
   EXPECT_EQ(s.ToString(), "NOT_FOUND: table t");
   EXPECT_EQ(s.WithContext("lookup").message(), "lookup: table t");
   EXPECT_TRUE(Status(StatusCode::kOk, "ignored").message().empty());
+}
+
+// A full disk or quota is the operator's to mend (RESOURCE_EXHAUSTED); other
+// failures of a system call may pass (UNAVAILABLE). Both say what failed and
+// the system's words for why.
+TEST(StatusTest, ErrnoStatusNamesTheCallAndTheCause) {
+  errno = ENOSPC;
+  Status s = ErrnoStatus("cannot write /x");
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(), "cannot write /x: No space left on device");
+  errno = EDQUOT;
+  EXPECT_EQ(ErrnoStatus("cannot write /x").code(), StatusCode::kResourceExhausted);
+  errno = EACCES;
+  s = ErrnoStatus("cannot create /y");
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "cannot create /y: Permission denied");
 }
 
 TEST(StatusTest, StatusOrPropagates) {

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -54,7 +53,7 @@ std::string CheckpointDir(const std::string& root, int64_t step) {
 
 Status WriteFileDurably(const std::string& path, const std::string& bytes) {
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Unavailable("cannot create " + path + ": " + std::strerror(errno));
+  if (fd < 0) return ErrnoStatus("cannot create " + path);
   const char* p = bytes.data();
   size_t left = bytes.size();
   Status st;
@@ -62,8 +61,7 @@ Status WriteFileDurably(const std::string& path, const std::string& bytes) {
     const ssize_t k = write(fd, p, left);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
-      st = errno == ENOSPC ? Status::ResourceExhausted("cannot write " + path + ": " + std::strerror(errno) + " (disk full)")
-                           : Status::Unavailable("cannot write " + path + ": " + std::strerror(errno));
+      st = ErrnoStatus("cannot write " + path);
     } else {
       p += k;
       left -= static_cast<size_t>(k);

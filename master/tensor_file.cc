@@ -24,8 +24,7 @@ Status WriteAll(int fd, const std::string& path, const void* data, int64_t bytes
     const ssize_t k = pwrite(fd, p, static_cast<size_t>(bytes), offset);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
-      return errno == ENOSPC ? Status::ResourceExhausted("cannot write " + path + ": " + std::strerror(errno) + " (disk full)")
-                             : Status::Unavailable("cannot write " + path + ": " + std::strerror(errno));
+      return ErrnoStatus("cannot write " + path);
     }
     p += k;
     bytes -= k;
@@ -111,7 +110,7 @@ StatusOr<std::unique_ptr<TensorWriter>> TensorWriter::Create(TensorFormat format
   auto create_file = [&](const std::string& name, const std::string& header, int64_t data_bytes) -> StatusOr<int> {
     const std::string path = dir + "/" + name;
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return Status::Unavailable("cannot create " + path + ": " + std::strerror(errno));
+    if (fd < 0) return ErrnoStatus("cannot create " + path);
     w->fds_.push_back(fd);
     w->paths_.push_back(path);
     TESSERA_RETURN_IF_ERROR(WriteAll(fd, path, header.data(), static_cast<int64_t>(header.size()), 0));

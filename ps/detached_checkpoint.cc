@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -13,8 +12,6 @@
 
 namespace tessera {
 namespace {
-
-Status Errno(const std::string& what) { return Status::Unavailable(what + ": " + std::strerror(errno)); }
 
 struct Fd {
   int fd = -1;
@@ -29,29 +26,29 @@ bool SameFile(const struct stat& a, const struct stat& b) { return a.st_dev == b
 Status CopyDurably(const std::string& from, const std::string& to, int64_t* bytes) {
   Fd in, out;
   in.fd = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in.fd < 0) return Errno("cannot open " + from);
+  if (in.fd < 0) return ErrnoStatus("cannot open " + from);
   out.fd = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (out.fd < 0) return Errno("cannot create " + to);
+  if (out.fd < 0) return ErrnoStatus("cannot create " + to);
   std::vector<char> buf(size_t{4} << 20);
   for (;;) {
     const ssize_t n = ::read(in.fd, buf.data(), buf.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Errno("cannot read " + from);
+      return ErrnoStatus("cannot read " + from);
     }
     if (n == 0) break;
     for (ssize_t done = 0; done < n;) {
       const ssize_t k = ::write(out.fd, buf.data() + done, static_cast<size_t>(n - done));
       if (k < 0) {
         if (errno == EINTR) continue;
-        return Errno("cannot write " + to);
+        return ErrnoStatus("cannot write " + to);
       }
       done += k;
     }
     *bytes += n;
   }
   // fdatasync: the file is new, so its size is synced too.
-  if (::fdatasync(out.fd) != 0) return Errno("cannot sync " + to);
+  if (::fdatasync(out.fd) != 0) return ErrnoStatus("cannot sync " + to);
   return Status::OK();
 }
 
@@ -75,7 +72,7 @@ Status DetachFromLive(const std::string& live, const std::string& checkpoint, co
   for (const std::string& name : names) {
     const std::string path = checkpoint + "/" + name;
     struct stat own, theirs;
-    if (::lstat(path.c_str(), &own) != 0) return Errno("cannot stat " + path);
+    if (::lstat(path.c_str(), &own) != 0) return ErrnoStatus("cannot stat " + path);
     if (!S_ISREG(own.st_mode) || own.st_nlink == 1) continue;
     if (::stat((live + "/" + name).c_str(), &theirs) != 0 || !SameFile(own, theirs)) continue;
     Detach d{name, ""};
@@ -109,7 +106,7 @@ Status DetachFromLive(const std::string& live, const std::string& checkpoint, co
       ++stats->files_copied;
     }
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      const Status st = Errno("cannot rename " + tmp);
+      const Status st = ErrnoStatus("cannot rename " + tmp);
       ::unlink(tmp.c_str());
       return st;
     }

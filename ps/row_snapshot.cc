@@ -42,17 +42,12 @@ static_assert(sizeof(RowsHeader) == 32);
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-Status Errno(const std::string& what) {
-  if (errno == ENOSPC || errno == EDQUOT) return Status::ResourceExhausted(what + ": " + std::strerror(errno));
-  return Status::Unavailable(what + ": " + std::strerror(errno));
-}
-
 Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
   const auto* p = static_cast<const char*>(data);
   while (n > 0) {
     const ssize_t k = ::write(fd, p, n);
     if (k < 0 && errno == EINTR) continue;
-    if (k < 0) return Errno("cannot write " + path);
+    if (k < 0) return ErrnoStatus("cannot write " + path);
     p += k;
     n -= static_cast<size_t>(k);
   }
@@ -63,12 +58,12 @@ Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
 Status WriteFileAtomically(const std::string& dir, const std::string& name, const std::string& text) {
   const std::string tmp = dir + "/" + name + ".tmp", path = dir + "/" + name;
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create " + tmp);
+  if (fd < 0) return ErrnoStatus("cannot create " + tmp);
   Status st = WriteAll(fd, text.data(), text.size(), tmp);
-  if (st.ok() && ::fsync(fd) != 0) st = Errno("cannot sync " + tmp);
-  if (::close(fd) != 0 && st.ok()) st = Errno("cannot close " + tmp);
+  if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("cannot sync " + tmp);
+  if (::close(fd) != 0 && st.ok()) st = ErrnoStatus("cannot close " + tmp);
   TESSERA_RETURN_IF_ERROR(st);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("cannot rename " + tmp + " to " + path);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("cannot rename " + tmp + " to " + path);
   return SyncDirectory(dir);
 }
 
@@ -101,7 +96,7 @@ class SequentialFile {
     path_ = path;
     f_.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0644);
     if (f_.fd < 0 && errno == EINVAL) f_.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (f_.fd < 0) return Errno("cannot create " + path);
+    if (f_.fd < 0) return ErrnoStatus("cannot create " + path);
     direct_ = (::fcntl(f_.fd, F_GETFL) & O_DIRECT) != 0;
     std::memset(buffer_.get(), 0, reserve);
     used_ = reserve;
@@ -133,7 +128,7 @@ class SequentialFile {
     std::memset(buffer_.get() + tail, 0, padded - tail);
     const bool head_written = written_ == 0;
     TESSERA_RETURN_IF_ERROR(Drain(padded));
-    if (padded != tail && ::ftruncate(f_.fd, static_cast<off_t>(size)) != 0) return Errno("cannot truncate " + path_);
+    if (padded != tail && ::ftruncate(f_.fd, static_cast<off_t>(size)) != 0) return ErrnoStatus("cannot truncate " + path_);
     if (!head_written) {
       // The first block, kept when it was written, with the head in it.
       std::memcpy(first_block_, head, head_bytes);
@@ -142,9 +137,9 @@ class SequentialFile {
     *write_s += Since(start);
     const auto sync_start = Clock::now();
     // fdatasync: the file is new, so its size (needed to read it) is synced too.
-    if (::fdatasync(f_.fd) != 0) return Errno("cannot sync " + path_);
+    if (::fdatasync(f_.fd) != 0) return ErrnoStatus("cannot sync " + path_);
     const int fd = std::exchange(f_.fd, -1);
-    if (::close(fd) != 0) return Errno("cannot close " + path_);
+    if (::close(fd) != 0) return ErrnoStatus("cannot close " + path_);
     *sync_s += Since(sync_start);
     return Status::OK();
   }
@@ -160,11 +155,11 @@ class SequentialFile {
       if (k < 0 && errno == EINTR) continue;
       if (k < 0 && errno == EINVAL && direct_) {
         // Opened with O_DIRECT, refused at the first write: go buffered.
-        if (::fcntl(f_.fd, F_SETFL, ::fcntl(f_.fd, F_GETFL) & ~O_DIRECT) != 0) return Errno("cannot write " + path_);
+        if (::fcntl(f_.fd, F_SETFL, ::fcntl(f_.fd, F_GETFL) & ~O_DIRECT) != 0) return ErrnoStatus("cannot write " + path_);
         direct_ = false;
         continue;
       }
-      if (k < 0) return Errno("cannot write " + path_);
+      if (k < 0) return ErrnoStatus("cannot write " + path_);
       done += static_cast<size_t>(k);
     }
     written_ += n;
@@ -179,7 +174,7 @@ class SequentialFile {
     for (size_t done = 0; done < kAlign;) {
       const ssize_t k = ::pwrite(f_.fd, block + done, kAlign - done, static_cast<off_t>(done));
       if (k < 0 && errno == EINTR) continue;
-      if (k < 0) return Errno("cannot write " + path_);
+      if (k < 0) return ErrnoStatus("cannot write " + path_);
       done += static_cast<size_t>(k);
     }
     return Status::OK();
@@ -246,13 +241,13 @@ class MappedFile {
   Status Open(const std::string& path) {
     Fd f;
     f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (f.fd < 0) return Errno("cannot open " + path);
+    if (f.fd < 0) return ErrnoStatus("cannot open " + path);
     struct stat st;
-    if (::fstat(f.fd, &st) != 0) return Errno("cannot stat " + path);
+    if (::fstat(f.fd, &st) != 0) return ErrnoStatus("cannot stat " + path);
     size_ = static_cast<size_t>(st.st_size);
     if (size_ == 0) return Status::OK();
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, f.fd, 0);
-    if (p == MAP_FAILED) return Errno("cannot map " + path);
+    if (p == MAP_FAILED) return ErrnoStatus("cannot map " + path);
     data_ = p;
     // Readers go through the whole file (its checksum first): have the
     // kernel read it ahead in large pieces rather than fault it in page by
@@ -325,8 +320,8 @@ Status CheckComplete(const std::string& dir) {
 Status SyncDirectory(const std::string& dir) {
   Fd d;
   d.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (d.fd < 0) return Errno("cannot open " + dir);
-  if (::fsync(d.fd) != 0) return Errno("cannot sync " + dir);
+  if (d.fd < 0) return ErrnoStatus("cannot open " + dir);
+  if (::fsync(d.fd) != 0) return ErrnoStatus("cannot sync " + dir);
   return Status::OK();
 }
 
@@ -345,7 +340,7 @@ Status WriteSnapshot(RowStore& store, const std::string& dir, const nlohmann::js
       if (e.is_regular_file(ec)) s->bytes += static_cast<int64_t>(e.file_size(ec));
     }
   } else {
-    if (::mkdir(dir.c_str(), 0755) != 0) return Errno("cannot create " + dir);
+    if (::mkdir(dir.c_str(), 0755) != 0) return ErrnoStatus("cannot create " + dir);
     TESSERA_RETURN_IF_ERROR(CopyRows(store, dir, s));
     // rows.bin's name must be on disk before meta.json can be.
     const auto start = Clock::now();
