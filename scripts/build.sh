@@ -22,5 +22,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 "$ROOT/scripts/install_deps.sh"
+# A new build folder is configured for Ninja: with Makefiles CMake compiles a
+# target's files only once the libraries it links are built, which left one
+# of two cores idle for much of a build (scripts/test.sh's release targets:
+# 804 s against Ninja's 501 s). A folder already configured keeps its
+# generator: CMake reads CMAKE_GENERATOR only for a new one.
+export CMAKE_GENERATOR="${CMAKE_GENERATOR:-Ninja}"
 cmake -S "$ROOT" -B "$BUILD_DIR" "${EXTRA[@]}" >/dev/null
 cmake --build "$BUILD_DIR" -j"$JOBS" "${TARGETS[@]}"

@@ -5,6 +5,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential cmake pkg-config
+  ninja-build                 # the generator of new build folders (scripts/build.sh)
   libzmq3-dev cppzmq-dev      # transport
   librocksdb-dev              # disk tier of the parameter servers
   libgflags-dev libgoogle-glog-dev

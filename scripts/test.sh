@@ -49,14 +49,16 @@ install_for_tests "for scripts/plot_run.py's test and the Python package's (pyth
 
 echo "== build (release)"
 # Configured as scripts/build.sh configures it (the flags live in
-# CMakeLists.txt), so that neither rebuilds what the other built.
+# CMakeLists.txt; new folders for Ninja, as there), so that neither rebuilds
+# what the other built.
+export CMAKE_GENERATOR="${CMAKE_GENERATOR:-Ninja}"
 cmake -S "$ROOT" -B "$ROOT/build" -DTESSERA_WERROR=ON >/dev/null
 # What the tests run: every test binary and the three roles (benchmarks are
 # built by their own scripts), which keeps CI's two cores on what it checks.
 # Tests labelled `script` are shell scripts, not build targets.
 TEST_TARGETS=$(cd "$ROOT/build" && ctest -N -LE script | awk '/Test +#/ {print $3}')
 PYTHON_TARGET=""
-[ -f "$ROOT/build/python/Makefile" ] && PYTHON_TARGET=tessera_python  # configured where pybind11 is found
+[ -d "$ROOT/build/python/CMakeFiles" ] && PYTHON_TARGET=tessera_python  # configured where pybind11 is found
 # shellcheck disable=SC2086
 cmake --build "$ROOT/build" -j"$JOBS" --target $TEST_TARGETS tessera_master tessera_ps tessera_trainer \
   tessera_compare_dumps tessera_install_targets $PYTHON_TARGET
