@@ -36,11 +36,10 @@ std::vector<std::pair<int64_t, fs::path>> ListCheckpoints(const std::string& roo
 
 Status SyncPath(const std::string& path, bool directory) {
   const int fd = open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) return Status::Unavailable("cannot open " + path + " to flush it");
-  const int rc = fsync(fd);
+  if (fd < 0) return ErrnoStatus("cannot open " + path + " to flush it");
+  const Status st = fsync(fd) == 0 ? Status::OK() : ErrnoStatus("cannot flush " + path + " to disk");
   close(fd);
-  if (rc != 0) return Status::Unavailable("cannot flush " + path + " to disk");
-  return Status::OK();
+  return st;
 }
 
 }  // namespace
@@ -67,8 +66,8 @@ Status WriteFileDurably(const std::string& path, const std::string& bytes) {
       left -= static_cast<size_t>(k);
     }
   }
-  if (st.ok() && fsync(fd) != 0) st = Status::Unavailable("cannot flush " + path + " to disk");
-  if (close(fd) != 0 && st.ok()) st = Status::Unavailable("cannot close " + path);
+  if (st.ok() && fsync(fd) != 0) st = ErrnoStatus("cannot flush " + path + " to disk");
+  if (close(fd) != 0 && st.ok()) st = ErrnoStatus("cannot close " + path);
   return st;
 }
 

@@ -170,8 +170,8 @@ Status TensorWriter::Finish() {
   }
   Status st;
   for (size_t f = 0; f < fds_.size(); ++f) {
-    if (fsync(fds_[f]) != 0 && st.ok()) st = Status::Unavailable("cannot flush " + paths_[f] + " to disk");
-    if (close(fds_[f]) != 0 && st.ok()) st = Status::Unavailable("cannot close " + paths_[f]);
+    if (fsync(fds_[f]) != 0 && st.ok()) st = ErrnoStatus("cannot flush " + paths_[f] + " to disk");
+    if (close(fds_[f]) != 0 && st.ok()) st = ErrnoStatus("cannot close " + paths_[f]);
   }
   fds_.clear();
   return st;
