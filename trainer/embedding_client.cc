@@ -455,13 +455,27 @@ Status EmbeddingClient::FinishLookup(FeatureOutputs* out) {
   }
   last_lookup_bytes_ = st.bytes_sent;
   last_reply_bytes_ = st.bytes_received;
-  current_ = std::move(st);
+  // An evaluation between a training lookup and its push (a PyTorch loop
+  // that validates before backward()) must leave that lookup's routes for
+  // the push: its own would send the gradients to other positions.
+  if (!st.inference) current_ = std::move(st);
   return Status::OK();
 }
 
 Status EmbeddingClient::StartPush(const FeatureGrads& grads) {
   if (grads.size() != features_.size()) return Status::InvalidArgument("gradients for the wrong number of features");
   if (!pushes_.empty()) return Status::FailedPrecondition("the previous push was not waited for");
+  // The routes read each gradient where the lookup put its output: one of
+  // another shape would be read past its end.
+  for (size_t f = 0; f < grads.size(); ++f) {
+    if (routes_[f].local) continue;
+    const size_t want = static_cast<size_t>(current_.out_rows.empty() ? 0 : current_.out_rows[f]) * routes_[f].dim;
+    if (grads[f].size() != want) {
+      return Status::InvalidArgument("the gradient of feature '" + features_[f] + "' has " +
+                                     std::to_string(grads[f].size()) + " values; the step's lookup gave " +
+                                     std::to_string(want));
+    }
+  }
   if (current_.epoch != epoch_ || (options_.plan_replaced && options_.plan_replaced())) {
     if (current_.epoch == epoch_) TESSERA_RETURN_IF_ERROR(Reroute(Status::Cancelled("the plan was replaced")));
     // The lookup was routed under an older plan: route it again (the same

@@ -81,6 +81,8 @@ class EmbeddingClient {
   // (data-parallel features are left alone: trainer/data_parallel_tables.h
   // fills them). inference: no backward context is opened (evaluation).
   Status Lookup(uint64_t step, const KeyedJaggedTensor& kjt, bool inference, FeatureOutputs* out) {
+    // FinishLookup answers the oldest lookup in flight, which would be that one.
+    if (!pending_.empty()) return Status::FailedPrecondition("a lookup is in flight (prefetched): finish it first");
     TESSERA_RETURN_IF_ERROR(StartLookup(step, kjt, inference));
     return FinishLookup(out);
   }
@@ -92,7 +94,7 @@ class EmbeddingClient {
   Status FinishLookup(FeatureOutputs* out);
 
   // Sends d(loss)/d(output) of every feature for the step of the last
-  // finished lookup without waiting; WaitPush() waits until every server accepted
+  // finished training lookup (evaluations leave it) without waiting; WaitPush() waits until every server accepted
   // it. The trainer overlaps the dense allreduce with the push this way.
   Status StartPush(const FeatureGrads& grads);
   Status StartPush(const FeatureOutputs& grads) { return StartPush(ViewsOf(grads)); }
@@ -235,7 +237,7 @@ class EmbeddingClient {
     int64_t bytes_received = 0;
   };
   std::deque<LookupState> pending_;  // started, not finished; oldest first
-  LookupState current_;              // the last finished lookup
+  LookupState current_;              // the last finished training lookup
   std::vector<std::vector<int32_t>> bag_lengths_;  // per feature, filled by RouteFeature
   std::vector<std::shared_ptr<WholeBags>> whole_bags_;  // per feature, filled by RouteFeature
   kernels::IdDeduper deduper_;

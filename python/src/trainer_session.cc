@@ -352,7 +352,12 @@ Status TrainerSession::Lookup(const KeyedJaggedTensor& kjt, bool inference, Feat
   } else {
     TESSERA_RETURN_IF_ERROR(Keep(CompleteStep()));
     if (inference) {
-      TESSERA_RETURN_IF_ERROR(Keep(embeddings_->Lookup(static_cast<uint64_t>(step_), kjt, true, out)));
+      // Between a training forward and its backward, an evaluation reads the
+      // rows that forward read: under its step, which the servers serve now.
+      // Under the next one, a sync job's servers would hold it until this
+      // trainer's push, which waits for it: a deadlock until the deadline.
+      const int64_t step = push_owed_ ? step_ - 1 : step_;
+      TESSERA_RETURN_IF_ERROR(Keep(embeddings_->Lookup(static_cast<uint64_t>(step), kjt, true, out)));
       return local_->Lookup(kjt, out);
     }
     TESSERA_RETURN_IF_ERROR(Keep(MaybeCheckpoint()));

@@ -6,7 +6,8 @@
 // Steps are counted here, from the generation's start step: every training
 // lookup is the next step, and its gradients must be pushed before the next
 // training lookup (in sync mode the servers' step barrier waits for them).
-// Evaluation lookups (inference) read at the current step and open nothing.
+// Evaluation lookups (inference) read at the current step and open nothing;
+// between a training lookup and its push, at that lookup's step.
 //
 // Not thread-safe: one step at a time, from one thread.
 #pragma once

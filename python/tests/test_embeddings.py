@@ -62,46 +62,101 @@ def make_kjt(features, lengths_per_feature, rng, weighted_features):
                                 torch.tensor(weights, dtype=torch.float32))
 
 
+def reference_step(emb, kjt, lens, before, upstream):
+    """What torch.nn.EmbeddingBag (or embedding, unpooled) gives for `kjt`
+    over the rows `before`, per feature: (output, rows after an SGD step on
+    the loss sum(output * upstream))."""
+    result, offset = {}, 0
+    for (sharding, pooling), f in zip(TABLES, emb.features):
+        n = sum(lens[emb.features.index(f)])
+        ids = kjt.values()[offset:offset + n]
+        w = kjt.weights_or_none()[offset:offset + n]
+        offset += n
+        weight = torch.nn.Parameter(before[f].clone())
+        if pooling == "NONE":
+            ref = torch.nn.functional.embedding(ids, weight)
+        else:
+            mode = "mean" if pooling == "MEAN" else "sum"
+            offsets = torch.tensor([0] + np.cumsum(lens[emb.features.index(f)])[:-1].tolist())
+            ref = torch.nn.functional.embedding_bag(ids, weight, offsets, mode=mode,
+                                                    per_sample_weights=w if pooling == "WEIGHTED" else None)
+        (ref * upstream[f]).sum().backward()
+        result[f] = (ref.detach(), before[f] - LR * weight.grad)
+    return result
+
+
+def random_step(emb, rng, step):
+    """A batch of bags of 0..4 ids (some repeated, one empty bag at least)
+    and the gradients a loss sends back for each feature's output."""
+    lens = [[0] + rng.integers(0, 5, size=5).tolist() for _ in emb.features]
+    weighted = {table_name(s, "WEIGHTED") + "_f" for s in SHARDINGS}
+    kjt = make_kjt(emb.features, lens, rng, weighted)
+    batch = len(lens[0])
+    upstream = {f: torch.randn((batch if p != "NONE" else sum(lens[i]), emb.dims[i]),
+                               generator=torch.Generator().manual_seed(step * 100 + i))
+                for i, (f, (_, p)) in enumerate(zip(emb.features, TABLES))}
+    return kjt, lens, upstream
+
+
 def test_steps_match_embedding_bag_for_every_sharding_and_pooling(local_job):
     job = local_job(job_config("python_grads"), num_ps=2)
     session = tessera.init(master=job.address, rank=0, world=1, insecure=True)
     emb = tt.RemoteEmbeddings(session)
     assert emb.features == [table_name(s, p) + "_f" for s, p in TABLES]
-    weighted = {table_name(s, "WEIGHTED") + "_f" for s in SHARDINGS}
     rng = np.random.default_rng(7)
     for step in range(3):
         before = read_rows(emb, ROWS)
-        # Bags of 0..4 ids, some repeated, one empty bag at least.
-        lens = [[0] + rng.integers(0, 5, size=5).tolist() for _ in emb.features]
-        kjt = make_kjt(emb.features, lens, rng, weighted)
+        kjt, lens, upstream = random_step(emb, rng, step)
         out = emb(kjt)
-        upstream = {f: torch.randn(out[f].shape, generator=torch.Generator().manual_seed(step * 100 + i))
-                    for i, f in enumerate(emb.features)}
         loss = sum((out[f] * upstream[f]).sum() for f in emb.features)
         loss.backward()
         after = read_rows(emb, ROWS)
-
-        offset = 0
+        expected = reference_step(emb, kjt, lens, before, upstream)
         for (sharding, pooling), f in zip(TABLES, emb.features):
-            n = sum(lens[emb.features.index(f)])
-            ids = kjt.values()[offset:offset + n]
-            w = kjt.weights_or_none()[offset:offset + n]
-            offset += n
-            weight = torch.nn.Parameter(before[f].clone())
-            if pooling == "NONE":
-                ref = torch.nn.functional.embedding(ids, weight)
-            else:
-                mode = "mean" if pooling == "MEAN" else "sum"
-                offsets = torch.tensor([0] + np.cumsum(lens[emb.features.index(f)])[:-1].tolist())
-                ref = torch.nn.functional.embedding_bag(ids, weight, offsets, mode=mode,
-                                                        per_sample_weights=w if pooling == "WEIGHTED" else None)
             where = f"{sharding}/{pooling} step {step}"
+            ref, rows = expected[f]
             assert out[f].shape == ref.shape, where
             assert (out[f] - ref).abs().max().item() <= 1e-6, where
-            (ref * upstream[f]).sum().backward()
-            expected = before[f] - LR * weight.grad
-            diff = (after[f] - expected).abs().max().item()
+            diff = (after[f] - rows).abs().max().item()
             assert diff <= 1e-6, f"{where}: rows after the step differ by {diff}"
+    session.finish()
+    assert job.wait_master() == 0, job.log("master")
+
+
+@pytest.mark.parametrize("consistency", ["sync", "async"])
+def test_an_evaluation_between_forward_and_backward_changes_nothing(local_job, consistency):
+    """A loop that evaluates another batch (torch.no_grad) after a training
+    forward and before its backward, as PyTorch allows: the evaluation reads
+    the rows that forward read, and the step's gradients still reach the
+    rows that forward looked up. Before, a sync job's servers held the
+    evaluation until the push that waited for it (a deadlock until the
+    deadline), and the push took the evaluation's routes."""
+    config = job_config(f"python_eval_mid_step_{consistency}")
+    config["training"]["consistency"] = consistency
+    job = local_job(config, num_ps=2)
+    session = tessera.init(master=job.address, rank=0, world=1, insecure=True)
+    emb = tt.RemoteEmbeddings(session)
+    rng = np.random.default_rng(11)
+    before = read_rows(emb, ROWS)  # nothing pushed yet: the initial rows, in either mode
+    kjt, lens, upstream = random_step(emb, rng, 0)
+    out = emb(kjt)
+    start = time.time()
+    during = read_rows(emb, ROWS)  # a batch of another shape, every row of every table
+    assert time.time() - start < 2, "the evaluation waited"
+    for f in emb.features:
+        assert torch.equal(during[f], before[f]), f
+    sum((out[f] * upstream[f]).sum() for f in emb.features).backward()
+    # The rows after the step, by a training lookup (one that waits for this trainer's own push in an async
+    # job too) whose zero gradients change nothing.
+    every_row = tt.KeyedJaggedTensor(emb.features, torch.arange(ROWS, dtype=torch.int64).repeat(len(emb.features)),
+                                     torch.ones(ROWS * len(emb.features), dtype=torch.int32),
+                                     torch.ones(ROWS * len(emb.features), dtype=torch.float32))
+    after = emb(every_row)
+    sum((o * 0).sum() for o in after.values()).backward()
+    expected = reference_step(emb, kjt, lens, before, upstream)
+    for (sharding, pooling), f in zip(TABLES, emb.features):
+        diff = (after[f].detach() - expected[f][1]).abs().max().item()
+        assert diff <= 1e-6, f"{sharding}/{pooling}: rows after the step differ by {diff}"
     session.finish()
     assert job.wait_master() == 0, job.log("master")
 

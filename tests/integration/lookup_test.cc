@@ -435,5 +435,70 @@ TEST(LookupIdsTest, IdsGoAsUint32AndIdsPastItAreRefusedByTheServer) {
   EXPECT_EQ(loopback.embeddings->id_bytes(), 4);
 }
 
+// An evaluation between a training lookup and its push (a PyTorch loop may
+// validate before backward()) reads the rows that lookup read, and the push
+// still goes by the training lookup's routes: the tables end bit for bit as
+// without it. The push's gradients must have the lookup's shapes, and a
+// whole lookup is refused while a prefetched one is in flight.
+TEST(EvaluationTest, ALookupBetweenATrainingLookupAndItsPushChangesNothing) {
+  constexpr int kRows = 40, kDim = 4, kBatch = 6;
+  JobConfig job;
+  job.cluster = {2, 1};
+  TableConfig t;
+  t.name = "t";
+  t.num_embeddings = kRows;
+  t.embedding_dim = kDim;
+  t.feature_names = {"f"};
+  t.sharding_type = "row_wise";
+  t.optimizer.type = "sgd";
+  t.optimizer.lr = 0.5;
+  job.tables = {t};
+  auto plan = PlanSharding(job, PlannerOptions::Uniform(2));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  LoopbackJob plain(job, *plan, RowReplies::kNever), evaluated(job, *plan, RowReplies::kNever);
+  KeyedJaggedTensor all;  // every row, one per bag: another shape than the steps' batches
+  all.keys = {"f"};
+  all.batch_size = kRows;
+  for (int r = 0; r < kRows; ++r) {
+    all.lengths.push_back(1);
+    all.values.push_back(r);
+  }
+  std::mt19937 rng(23);
+  for (int step = 0; step < 3; ++step) {
+    KeyedJaggedTensor kjt;
+    kjt.keys = {"f"};
+    kjt.batch_size = kBatch;
+    for (int b = 0; b < kBatch; ++b) {
+      const int len = static_cast<int>(rng() % 4);
+      kjt.lengths.push_back(len);
+      for (int k = 0; k < len; ++k) kjt.values.push_back(static_cast<int64_t>(rng() % kRows));
+    }
+    FeatureOutputs out, evaluated_out, before, during;
+    ASSERT_TRUE(evaluated.embeddings->Lookup(step, all, /*inference=*/true, &before).ok());
+    ASSERT_TRUE(plain.embeddings->Lookup(step, kjt, /*inference=*/false, &out).ok());
+    ASSERT_TRUE(evaluated.embeddings->Lookup(step, kjt, /*inference=*/false, &evaluated_out).ok());
+    ASSERT_TRUE(evaluated.embeddings->Lookup(step, all, /*inference=*/true, &during).ok());
+    EXPECT_EQ(during[0], before[0]) << "step " << step;
+    FeatureOutputs grads(1, std::vector<float>(out[0].size()));
+    for (float& g : grads[0]) g = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 997.0f;
+    // Gradients of the evaluation's shape are refused, and the step's go.
+    FeatureOutputs wrong(1, std::vector<float>(during[0].size(), 1.0f));
+    Status st = evaluated.embeddings->StartPush(wrong);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+    ASSERT_TRUE(plain.embeddings->PushGradients(grads).ok());
+    ASSERT_TRUE(evaluated.embeddings->PushGradients(grads).ok());
+  }
+  FeatureOutputs tables[2];
+  ASSERT_TRUE(plain.embeddings->Lookup(3, all, true, &tables[0]).ok());
+  ASSERT_TRUE(evaluated.embeddings->Lookup(3, all, true, &tables[1]).ok());
+  EXPECT_EQ(tables[1][0], tables[0][0]);
+
+  // A prefetched lookup in flight: a whole lookup would be answered with its rows.
+  ASSERT_TRUE(evaluated.embeddings->StartLookup(3, all, /*inference=*/false).ok());
+  FeatureOutputs out;
+  EXPECT_EQ(evaluated.embeddings->Lookup(3, all, true, &out).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(evaluated.embeddings->FinishLookup(&out).ok());
+}
+
 }  // namespace
 }  // namespace tessera
