@@ -1,6 +1,7 @@
 #include "python/src/trainer_session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include <glog/logging.h>
@@ -177,7 +178,14 @@ Status TrainerSession::CompleteStep() {
   if (!push_pending_) return Status::OK();
   push_pending_ = false;
   const auto waited = Clock::now();
-  TESSERA_RETURN_IF_ERROR(embeddings_->WaitPush());
+  if (Status st = embeddings_->WaitPush(); !st.ok()) {
+    // Whatever the code: a push a server refused cannot be sent again, so
+    // its step never completes (a sync job's servers would hold every
+    // later lookup), and every later call says why.
+    st = Keep(st);
+    if (broken_.ok()) broken_ = st;
+    return st;
+  }
   metrics_->RecordPushTime(std::chrono::duration<double>(Clock::now() - waited).count());
   metrics_->RecordStepDone(step_ - 1, generation_);
   ++steps_;
@@ -415,6 +423,19 @@ Status TrainerSession::Push(const FeatureGrads& grads) {
                                      std::to_string(grads[f].size()) + " values; its output had " +
                                      std::to_string(want) + " (" + std::to_string(out_rows_[f]) + " x " +
                                      std::to_string(dims_[f]) + ")");
+    }
+  }
+  // The servers refuse a push with a NaN or an infinity, and once sent a
+  // step's gradients cannot be sent again: refused here, the step is still
+  // owed, and the error comes at the backward that made them, not a step later.
+  for (size_t f = 0; f < grads.size(); ++f) {
+    const auto bad = std::find_if(grads[f].begin(), grads[f].end(), [](float g) { return !std::isfinite(g); });
+    if (bad != grads[f].end()) {
+      const auto at = bad - grads[f].begin();
+      return Status::InvalidArgument("the gradient of feature '" + features()[f] + "' is " + std::to_string(*bad) +
+                                     " at [" + std::to_string(at / dims_[f]) + ", " +
+                                     std::to_string(at % dims_[f]) + "]: nothing sent; the step's gradients are "
+                                     "still owed");
     }
   }
   const auto sending = Clock::now();

@@ -103,8 +103,9 @@ class TrainerSession {
   // Lookup does, after the barrier).
   Status Prefetch(const KeyedJaggedTensor& kjt);
   // Sends d(loss)/d(output) of every feature of the last training lookup
-  // (shapes as Lookup gave them); the next Lookup or Finish waits for the
-  // servers to take it.
+  // (shapes as Lookup gave them, every value finite: else nothing is sent
+  // and the step is still owed); the next Lookup or Finish waits for the
+  // servers to take it, and if they refuse it the session is broken.
   Status Push(const FeatureGrads& grads);
   // Adds a step's summed loss over `examples` to the progress the master
   // shows and to the metrics' loss (optional).

@@ -232,6 +232,62 @@ def test_bad_input_raises_a_clear_python_exception(local_job):
     assert job.wait_master() == 0, job.log("master")
 
 
+def test_a_non_finite_gradient_raises_at_its_backward_and_the_step_stays_owed(local_job):
+    """A NaN or an infinity in an output's gradient raises at the backward
+    that made it, naming the feature and the place, and sends nothing: the
+    step's gradients can still go (here through session.push), and the job
+    goes on."""
+    config = job_config("python_non_finite")
+    config["tables"] = config["tables"][:4]
+    job = local_job(config, num_ps=1)
+    session = tessera.init(master=job.address, rank=0, world=1, insecure=True)
+    emb = tt.RemoteEmbeddings(session)
+    F = len(emb.features)
+    kjt = tt.KeyedJaggedTensor(emb.features, torch.zeros(F * 2, dtype=torch.int64), torch.ones(F * 2, dtype=torch.int32))
+    for bad in (float("nan"), float("inf")):
+        out = emb(kjt)
+        before = read_rows(emb, ROWS)
+        scale = torch.ones_like(out[emb.features[1]])
+        scale[1, 2] = bad
+        loss = sum(o.sum() for o in out.values()) + (out[emb.features[1]] * scale).sum()
+        with pytest.raises(ValueError, match=rf"'{emb.features[1]}' is -?{bad}.* at \[1, 2\]: nothing sent"):
+            loss.backward()
+        with pytest.raises(tessera.TesseraError, match="never sent back"):
+            emb(kjt)
+        session.push([np.zeros(tuple(o.shape), dtype=np.float32) for o in out.values()])
+        after = read_rows(emb, ROWS)
+        for f in emb.features:
+            assert torch.equal(after[f], before[f]), f
+    sum(o.sum() for o in emb(kjt).values()).backward()
+    session.finish()
+    assert job.wait_master() == 0, job.log("master")
+
+
+def test_a_push_the_servers_refuse_breaks_the_session_at_once(local_job):
+    """A push the servers refuse (here float32 gradients near its largest
+    value, which bfloat16 on the wire rounds to infinity) can never be sent
+    again, so its step cannot complete: the next call raises the servers'
+    reason, and so does every call after it, at once, not after a sync
+    job's servers held a lookup until the deadline."""
+    config = job_config("python_refused_push")
+    config["tables"] = config["tables"][:1]
+    config["training"]["qcomms"] = {"forward_precision": "fp32", "backward_precision": "bf16"}
+    job = local_job(config, num_ps=1)
+    session = tessera.init(master=job.address, rank=0, world=1, insecure=True)
+    emb = tt.RemoteEmbeddings(session)
+    kjt = tt.KeyedJaggedTensor(emb.features, torch.zeros(2, dtype=torch.int64), torch.ones(2, dtype=torch.int32))
+    out = emb(kjt)[emb.features[0]]
+    (out * 3.4e38).sum().backward()  # finite here: sent
+    for _ in range(2):
+        start = time.time()
+        with pytest.raises(ValueError, match="non-finite gradient"):
+            emb(kjt)
+        assert time.time() - start < 2
+    with pytest.raises(ValueError, match="non-finite gradient"):
+        session.finish()
+    assert job.wait_master() != 0
+
+
 def test_a_dead_server_raises_instead_of_hanging(local_job):
     config = job_config("python_dead_server",
                         runtime={"heartbeat_ms": 100, "peer_timeout_ms": 1500, "rpc_timeout_ms": 4000})
