@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 
@@ -125,6 +127,7 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
   TrainingResult result;
   double window_loss = 0;
   int64_t window_examples = 0;
+  double previous_loss = 0;  // the last step's mean over its examples
   Clock::time_point window_start = Clock::now(), run_start = window_start, timed_start = window_start;
   int64_t timed_examples = 0;
 
@@ -223,6 +226,23 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
       // On a GPU the gradients are summed where they are, in device memory.
       TESSERA_RETURN_IF_ERROR(collective_->AllReduceSumDevice(model_->grads().data(), model_->num_params()));
     }
+    if (!std::isfinite(loss_sum)) {
+      // Its gradients are NaN too, and the servers would refuse them
+      // ("non-finite gradient in push"), which says nothing of why.
+      auto format = [](double v) {
+        char text[32];
+        std::snprintf(text, sizeof(text), "%.4g", v);
+        return std::string(text);
+      };
+      std::string earlier;
+      if (step > options_.start_step) {
+        earlier = " (step " + std::to_string(step - 1) + "'s: " + format(previous_loss) + ")";
+      }
+      return Status::Aborted("training diverged: the loss of step " + std::to_string(step) + " is " +
+                             format(loss_sum) + earlier +
+                             ": learning rates too high (training.dense_optimizer.lr, the tables' optimizer.lr), "
+                             "or inputs that are not finite");
+    }
     // Every trainer asks at the same steps, so all agree on the boundary.
     if ((step + 1) % std::max<int64_t>(1, options_.request_check_every) == 0) {
       TESSERA_RETURN_IF_ERROR(AgreeOnCheckpoint(&agreed_checkpoint));
@@ -235,6 +255,7 @@ StatusOr<TrainingResult> TrainingLoop::Run() {
 
     const double step_s = Seconds(t0, t5);
     const double loss = batch.size > 0 ? loss_sum / static_cast<double>(batch.size) : 0.0;
+    previous_loss = loss;
     window_loss += loss_sum;
     window_examples += batch.size;
     timed_examples += batch.size;

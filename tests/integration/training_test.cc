@@ -229,6 +229,23 @@ TEST(TrainingTest, TableThatCannotFitInTheServersMemoryIsRefusedAtTheStart) {
   EXPECT_NE(cluster.Wait("trainer0", milliseconds(20000)), -1) << cluster.Log("trainer0");
 }
 
+// A job whose loss goes NaN ends naming that and the step, not by the
+// servers' refusal of its NaN gradients, which says nothing of why.
+TEST(TrainingTest, DivergedTrainingEndsTheJobSayingSo) {
+  testing::LocalCluster cluster("diverged");
+  json job = SyntheticJob(1000, 1, 2);
+  job["training"]["dense_optimizer"]["lr"] = 1e12;
+  ASSERT_TRUE(cluster.StartJob(job, 1, 2).ok());
+  EXPECT_EQ(cluster.Wait("master", milliseconds(60000)), 1) << cluster.Log("master");
+  const std::string log = cluster.Log("master");
+  EXPECT_NE(log.find("JOB FAILED: ABORTED: trainer "), std::string::npos) << log;
+  EXPECT_NE(log.find("training diverged: the loss of step "), std::string::npos) << log;
+  EXPECT_NE(log.find("learning rates too high"), std::string::npos) << log;
+  for (const char* role : {"ps0", "trainer0", "trainer1"}) {
+    EXPECT_NE(cluster.Wait(role, milliseconds(20000)), -1) << cluster.Log(role);
+  }
+}
+
 TEST(TrainingTest, BadConfigFailsAtOnceWithTheReason) {
   testing::LocalCluster cluster("bad_config");
   json config = SyntheticJob(10, 1, 1);
