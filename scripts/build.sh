@@ -18,6 +18,7 @@ while [ $# -gt 0 ]; do
       EXTRA+=(-DCMAKE_CXX_COMPILER=clang++ -DTESSERA_FUZZ=ON -DTESSERA_WITH_CUDA=OFF -DTESSERA_PYTHON=OFF)
       shift ;;
     --target) TARGETS+=(--target "$2"); shift 2 ;;
+    -h|--help) source "$ROOT/scripts/common.sh"; tessera_usage "$0"; exit 0 ;;
     *) EXTRA+=("$1"); shift ;;
   esac
 done

@@ -14,6 +14,12 @@ if [ -f "$(dirname "${BASH_SOURCE[0]}")/install_layout.sh" ]; then
   fi
 fi
 TESSERA_BUILD_DIR="${TESSERA_BUILD_DIR:-$TESSERA_ROOT/build}"
+
+# --help: prints the opening comment of script $1, which is its usage.
+tessera_usage() {
+  awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$1"
+}
+
 tessera_bin() {
   local path
   case "$1" in

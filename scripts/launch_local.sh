@@ -99,7 +99,8 @@ while [ $# -gt 0 ]; do
     --keys) KEYS="$2"; JOB_ARGS=1; shift 2 ;;
     --insecure) INSECURE=1; JOB_ARGS=1; shift ;;
     --) shift; MASTER_EXTRA=("$@"); JOB_ARGS=1; break ;;
-    *) echo "launch_local: unknown argument $1" >&2; exit 2 ;;
+    -h|--help) tessera_usage "$0"; exit 0 ;;
+    *) echo "launch_local: unknown argument $1 (--help says what it takes)" >&2; exit 2 ;;
   esac
 done
 usage() {

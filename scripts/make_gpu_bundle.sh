@@ -47,7 +47,8 @@ while [ $# -gt 0 ]; do
     --targets) read -r -a TARGETS <<<"$2"; shift 2 ;;
     --no-build) BUILD_IT=0; shift ;;
     --) shift; CMAKE_ARGS=("$@"); break ;;
-    *) echo "make_gpu_bundle: unknown argument $1" >&2; exit 2 ;;
+    -h|--help) source "$(dirname "$0")/common.sh"; tessera_usage "$0"; exit 0 ;;
+    *) echo "make_gpu_bundle: unknown argument $1 (--help says what it takes)" >&2; exit 2 ;;
   esac
 done
 

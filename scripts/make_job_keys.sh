@@ -9,6 +9,10 @@
 # to the job's machines. Refuses to overwrite keys already in DIR.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
+case "${1:-}" in
+  -h|--help) tessera_usage "$0"; exit 0 ;;
+  -*) echo "make_job_keys: unknown option $1; usage: $0 DIR" >&2; exit 2 ;;
+esac
 if [ $# -ne 1 ]; then
   echo "usage: $0 DIR" >&2
   exit 2

@@ -13,6 +13,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --config) CONFIG="$2"; shift 2 ;;
     --run_dir) RUN_DIR="$2"; shift 2 ;;
+    -h|--help) source "$ROOT/scripts/common.sh"; tessera_usage "$0"; exit 0 ;;
     *) echo "usage: $0 [--config job.json] [--run_dir DIR]" >&2; exit 2 ;;
   esac
 done

@@ -20,6 +20,7 @@ for arg in "$@"; do
   case "$arg" in
     --no-asan) ASAN=0 ;;
     --no-fuzz) FUZZ=0 ;;
+    -h|--help) source "$ROOT/scripts/common.sh"; tessera_usage "$0"; exit 0 ;;
     *) echo "usage: scripts/test.sh [--no-asan] [--no-fuzz]" >&2; exit 2 ;;
   esac
 done
