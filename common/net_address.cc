@@ -28,6 +28,25 @@ Status SplitEndpoint(const std::string& endpoint, std::string* host, std::string
   return Status::OK();
 }
 
+}  // namespace
+
+Status CheckPeerEndpoint(const std::string& endpoint) {
+  const auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("'" + endpoint + "' is not an address of the form tcp://HOST:PORT: " + why);
+  };
+  if (endpoint.rfind("tcp://", 0) != 0) return bad("it does not start with tcp://");
+  std::string host, port;
+  if (!SplitEndpoint(endpoint, &host, &port).ok() || host.empty()) return bad("no host");
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) {
+    return bad("the port is not a number");
+  }
+  const int number = std::atoi(port.c_str());
+  if (number < 1 || number > 65535) return bad("the port is not in 1..65535");
+  return Status::OK();
+}
+
+namespace {
+
 // The IPv4 addresses `host` resolves to.
 StatusOr<std::vector<std::string>> Resolve(const std::string& host) {
   addrinfo hints{};

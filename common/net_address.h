@@ -11,6 +11,11 @@
 
 namespace tessera {
 
+// OK when `endpoint` is tcp://HOST:PORT with a host and a port in 1..65535,
+// what a peer is reached by; INVALID_ARGUMENT saying what is wrong otherwise
+// (a mistyped --master would otherwise wait out the register timeout).
+Status CheckPeerEndpoint(const std::string& endpoint);
+
 // The IPv4 address this machine sends from to reach the host of `endpoint`
 // (tcp://HOST:PORT, HOST a name or an address): the address of the
 // interface its route goes through. Sends nothing (a UDP socket connected,

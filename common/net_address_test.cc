@@ -42,5 +42,30 @@ TEST(NetAddressTest, AnAddressThatIsNotThisMachinesIsAnErrorNamingBoth) {
   EXPECT_FALSE(AdvertisedHost("", "tcp://0.0.0.0", "tcp://127.0.0.1:5555").ok());
 }
 
+TEST(NetAddressTest, APeersAddressIsTcpHostAndAPortInRange) {
+  for (const char* good : {"tcp://127.0.0.1:5555", "tcp://localhost:1", "tcp://node-7.cluster:65535"}) {
+    EXPECT_TRUE(CheckPeerEndpoint(good).ok()) << good;
+  }
+  const std::pair<const char*, const char*> bad[] = {
+      {"notanaddress", "does not start with tcp://"},
+      {"127.0.0.1:5555", "does not start with tcp://"},
+      {"ipc:///tmp/x", "does not start with tcp://"},
+      {"tcp://", "no host"},
+      {"tcp://:5555", "no host"},
+      {"tcp://host", "no host"},
+      {"tcp://host:", "not a number"},
+      {"tcp://host:55x", "not a number"},
+      {"tcp://host:-1", "not a number"},
+      {"tcp://host:0", "not in 1..65535"},
+      {"tcp://host:99999", "not in 1..65535"},
+      {"tcp://host:1234567", "not a number"},
+  };
+  for (const auto& [endpoint, why] : bad) {
+    Status st = CheckPeerEndpoint(endpoint);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << endpoint;
+    EXPECT_NE(st.message().find(why), std::string::npos) << endpoint << ": " << st;
+  }
+}
+
 }  // namespace
 }  // namespace tessera

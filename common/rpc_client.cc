@@ -8,6 +8,7 @@
 
 #include <glog/logging.h>
 
+#include "common/net_address.h"
 #include "common/recent_replies.h"
 #include "common/rpc_internal.h"
 #include "common/zmq_transport.h"
@@ -79,6 +80,7 @@ std::optional<std::chrono::steady_clock::time_point> RpcClient::DisconnectedSinc
 }
 
 StatusOr<int> RpcClient::Connect(const std::string& endpoint, Role server_role) {
+  TESSERA_RETURN_IF_ERROR(CheckPeerEndpoint(endpoint));
   if (keys_ && keys_->public_key(server_role).empty()) {
     return Status::InvalidArgument(std::string("cannot connect to ") + endpoint + ": the job's keys have no " +
                                    RoleName(server_role) + ".public");

@@ -76,7 +76,10 @@ StatusOr<Message> ParameterServer::CallServer(const std::string& endpoint, Messa
   return reply.Wait();
 }
 
-void ParameterServer::EndServerCalls() { server_peers_->ForgetAll(); }
+void ParameterServer::EndServerCalls() {
+  // Absent when Start failed before making it (the destructor ends the calls too).
+  if (server_peers_) server_peers_->ForgetAll();
+}
 
 ParameterServer::~ParameterServer() {
   if (server_) server_->Stop();

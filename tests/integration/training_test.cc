@@ -246,6 +246,21 @@ TEST(TrainingTest, DivergedTrainingEndsTheJobSayingSo) {
   }
 }
 
+// A mistyped --master is refused at the start, saying what is wrong; a
+// server given one used to crash (its start failed, and its teardown read a
+// peer pool never made).
+TEST(TrainingTest, AMistypedMasterAddressFailsAtOnceWithTheReason) {
+  testing::LocalCluster cluster("bad_master_address");
+  ASSERT_TRUE(cluster.StartPs(0, {"--master", "notanaddress"}).ok());
+  EXPECT_EQ(cluster.Wait("ps0", milliseconds(20000)), 1) << cluster.Log("ps0");
+  EXPECT_NE(cluster.Log("ps0").find("'notanaddress' is not an address of the form tcp://HOST:PORT"),
+            std::string::npos)
+      << cluster.Log("ps0");
+  ASSERT_TRUE(cluster.StartTrainer(0, 1, "trainer0", {"--master", "tcp://127.0.0.1:99999"}).ok());
+  EXPECT_EQ(cluster.Wait("trainer0", milliseconds(20000)), 1) << cluster.Log("trainer0");
+  EXPECT_NE(cluster.Log("trainer0").find("the port is not in 1..65535"), std::string::npos) << cluster.Log("trainer0");
+}
+
 TEST(TrainingTest, BadConfigFailsAtOnceWithTheReason) {
   testing::LocalCluster cluster("bad_config");
   json config = SyntheticJob(10, 1, 1);
