@@ -30,20 +30,33 @@ Status SplitEndpoint(const std::string& endpoint, std::string* host, std::string
 
 }  // namespace
 
-Status CheckPeerEndpoint(const std::string& endpoint) {
+namespace {
+
+// tcp://HOST:PORT with a host and a port in [lowest, 65535] (or "*", where
+// any_port: a port the system picks).
+Status CheckTcpEndpoint(const std::string& endpoint, int lowest, bool any_port) {
   const auto bad = [&](const std::string& why) {
     return Status::InvalidArgument("'" + endpoint + "' is not an address of the form tcp://HOST:PORT: " + why);
   };
   if (endpoint.rfind("tcp://", 0) != 0) return bad("it does not start with tcp://");
   std::string host, port;
   if (!SplitEndpoint(endpoint, &host, &port).ok() || host.empty()) return bad("no host");
+  if (any_port && port == "*") return Status::OK();
   if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) {
     return bad("the port is not a number");
   }
   const int number = std::atoi(port.c_str());
-  if (number < 1 || number > 65535) return bad("the port is not in 1..65535");
+  if (number < lowest || number > 65535) {
+    return bad("the port is not in " + std::to_string(lowest) + "..65535");
+  }
   return Status::OK();
 }
+
+}  // namespace
+
+Status CheckPeerEndpoint(const std::string& endpoint) { return CheckTcpEndpoint(endpoint, 1, false); }
+
+Status CheckBindEndpoint(const std::string& endpoint) { return CheckTcpEndpoint(endpoint, 0, true); }
 
 namespace {
 

@@ -15,6 +15,9 @@ namespace tessera {
 // what a peer is reached by; INVALID_ARGUMENT saying what is wrong otherwise
 // (a mistyped --master would otherwise wait out the register timeout).
 Status CheckPeerEndpoint(const std::string& endpoint);
+// The same for an address to listen on, where port 0 (or *) lets the system
+// pick one; libzmq would take a port past 65535 modulo 65536.
+Status CheckBindEndpoint(const std::string& endpoint);
 
 // The IPv4 address this machine sends from to reach the host of `endpoint`
 // (tcp://HOST:PORT, HOST a name or an address): the address of the

@@ -67,5 +67,16 @@ TEST(NetAddressTest, APeersAddressIsTcpHostAndAPortInRange) {
   }
 }
 
+TEST(NetAddressTest, AnAddressToListenOnMayLetTheSystemPickThePort) {
+  for (const char* good : {"tcp://127.0.0.1:0", "tcp://0.0.0.0:5555", "tcp://*:0", "tcp://*:*", "tcp://h:65535"}) {
+    EXPECT_TRUE(CheckBindEndpoint(good).ok()) << good;
+  }
+  // libzmq would listen on 99999 - 65536 = 34463.
+  EXPECT_NE(CheckBindEndpoint("tcp://127.0.0.1:99999").message().find("not in 0..65535"), std::string::npos);
+  EXPECT_FALSE(CheckBindEndpoint("garbage").ok());
+  EXPECT_FALSE(CheckBindEndpoint("tcp://:0").ok());
+  EXPECT_FALSE(CheckPeerEndpoint("tcp://*:*").ok());  // no one to reach
+}
+
 }  // namespace
 }  // namespace tessera

@@ -7,10 +7,13 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <system_error>
 #include <unordered_map>
 #include <vector>
 
 #include <glog/logging.h>
+
+#include "common/net_address.h"
 
 #include "common/rpc_internal.h"
 #include "common/zmq_transport.h"
@@ -72,6 +75,10 @@ Status CheckSender(const Responder& r, Role role, const std::string& bound, cons
 }
 
 StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& options, RpcHandler handler) {
+  TESSERA_RETURN_IF_ERROR(CheckBindEndpoint(options.bind_address));
+  if (options.worker_threads < 0) {
+    return Status::InvalidArgument("a negative number of worker threads: " + std::to_string(options.worker_threads));
+  }
   std::unique_ptr<RpcServer> s(new RpcServer());
   s->handler_ = std::move(handler);
   s->sink_ = std::make_shared<ReplySink>();
@@ -128,8 +135,15 @@ StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& op
     if (s->socket_) (void)zmq_socket_monitor(static_cast<void*>(*s->socket_), nullptr, 0);
     return Status::Unavailable("cannot listen on " + options.bind_address + ": " + e.what());
   }
-  for (int i = 0; i < options.worker_threads; ++i) s->workers_.emplace_back(&RpcServer::WorkerLoop, s.get());
-  s->io_thread_ = std::thread(&RpcServer::IoLoop, s.get());
+  try {
+    for (int i = 0; i < options.worker_threads; ++i) s->workers_.emplace_back(&RpcServer::WorkerLoop, s.get());
+    s->io_thread_ = std::thread(&RpcServer::IoLoop, s.get());
+  } catch (const std::system_error& e) {
+    // Past the process's thread limit (a --threads of thousands): the
+    // threads made so far are joined as s goes.
+    return Status::ResourceExhausted("cannot start " + std::to_string(options.worker_threads) +
+                                     " worker threads and an I/O thread: " + e.what());
+  }
   return s;
 }
 

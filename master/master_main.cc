@@ -1,10 +1,12 @@
 // tessera_master: creates the job's tables, plans their sharding, drives
 // training and reports. Exit code 0 when the job finished, 1 when it failed.
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -20,6 +22,7 @@
 #include "common/metrics_http.h"
 #include "common/rpc_client.h"
 #include "common/signal_watcher.h"
+#include "common/status.h"
 #include "master/config_check.h"
 #include "master/master.h"
 #include "master/planner.h"
@@ -161,6 +164,11 @@ int main(int argc, char** argv) {
     LOG(WARNING) << note;
     std::cout << "[master] WARNING: " << note << std::endl;
   }
+  if (FLAGS_num_ps < 0 || FLAGS_num_trainers < 0) {
+    LOG(ERROR) << "--num_ps " << FLAGS_num_ps << " --num_trainers " << FLAGS_num_trainers
+               << ": negative (0 takes the config's cluster counts)";
+    return 1;
+  }
   if (FLAGS_num_ps > 0) job->cluster.num_ps = FLAGS_num_ps;
   if (FLAGS_num_trainers > 0) job->cluster.num_trainers = FLAGS_num_trainers;
 
@@ -198,6 +206,16 @@ int main(int argc, char** argv) {
     LOG(WARNING) << tessera::kInsecureWarning;
     std::cout << "[master] " << tessera::kInsecureWarning << std::endl;
   }
+  // Found out now, not after the job trained (the summary) or while a
+  // launcher waits for the address (the endpoint file).
+  for (const std::string& file : {FLAGS_summary_file, FLAGS_endpoint_file}) {
+    if (file.empty()) continue;
+    const std::filesystem::path dir = std::filesystem::path(file).parent_path();
+    if (access(dir.empty() ? "." : dir.c_str(), W_OK) != 0) {
+      LOG(ERROR) << "master failed to start: " << tessera::ErrnoStatus("cannot write " + file);
+      return 1;
+    }
+  }
   tessera::MasterOptions options;
   options.keys = *keys;
   options.bind_address = FLAGS_bind;
@@ -223,8 +241,13 @@ int main(int argc, char** argv) {
             << (*keys ? " (CURVE: encrypted, the job's keys only)" : " (INSECURE: plain TCP)") << std::endl;
   if (!FLAGS_endpoint_file.empty()) {
     const std::string tmp = FLAGS_endpoint_file + ".tmp";
-    std::ofstream(tmp) << (*master)->endpoint() << "\n";
-    std::rename(tmp.c_str(), FLAGS_endpoint_file.c_str());
+    std::ofstream out(tmp);
+    out << (*master)->endpoint() << "\n";
+    out.close();
+    if (!out || std::rename(tmp.c_str(), FLAGS_endpoint_file.c_str()) != 0) {
+      std::cout << "[master] JOB FAILED: " << tessera::ErrnoStatus("cannot write " + FLAGS_endpoint_file) << std::endl;
+      return 1;
+    }
   }
   tessera::MetricsRegistry registry("master");
   tessera::Master* m = master->get();
@@ -260,6 +283,15 @@ int main(int argc, char** argv) {
   if (s.contains("eval")) std::cout << "[master]   eval: " << s["eval"].dump() << "\n";
   if (!*keys) std::cout << "[master] " << tessera::kInsecureWarning << "\n";
   std::cout << std::flush;
-  if (!FLAGS_summary_file.empty()) std::ofstream(FLAGS_summary_file) << s.dump(2) << "\n";
+  if (!FLAGS_summary_file.empty()) {
+    std::ofstream out(FLAGS_summary_file);
+    out << s.dump(2) << "\n";
+    out.close();
+    if (!out) {
+      LOG(ERROR) << "the job finished, but its summary was not written: "
+                 << tessera::ErrnoStatus("writing " + FLAGS_summary_file);
+      return 1;
+    }
+  }
   return 0;
 }

@@ -21,6 +21,14 @@ using std::chrono::milliseconds;
 
 StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const ParameterServerOptions& options) {
   if (options.master.empty()) return Status::InvalidArgument("the master's address is required (--master tcp://HOST:PORT)");
+  // Lookups and pushes wait for steps: on the I/O thread (0 workers) they
+  // would hold up the replies they wait for. Past a few hundred, threads
+  // only contend (and tens of thousands exhaust the system's pids).
+  constexpr int kMaxThreads = 1024;
+  if (options.threads < 1 || options.threads > kMaxThreads) {
+    return Status::InvalidArgument("--threads " + std::to_string(options.threads) + ": a server serves lookups and " +
+                                   "pushes on 1 to " + std::to_string(kMaxThreads) + " threads");
+  }
   std::unique_ptr<ParameterServer> ps(new ParameterServer());
   ps->options_ = options;
   // The rank is known only after registration; the service learns it then.

@@ -127,6 +127,10 @@ int main(int argc, char** argv) {
   options.register_timeout_ms = FLAGS_register_timeout_ms;
   options.host_group = FLAGS_host_group;
   options.storage.rocksdb_path = FLAGS_rocksdb_path;
+  if (FLAGS_host_bytes < 0) {
+    LOG(ERROR) << "parameter server failed to start: --host_bytes " << FLAGS_host_bytes << " is negative";
+    return 1;
+  }
   options.storage.host_bytes = FLAGS_host_bytes;
   options.storage.huge_pages = FLAGS_huge_pages;
   if (FLAGS_write_back_bytes < 0) {

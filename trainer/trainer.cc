@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include <glog/logging.h>
@@ -49,6 +50,15 @@ std::string Trainer::GpuPathMissing() {
 StatusOr<std::unique_ptr<Trainer>> Trainer::Start(const TrainerOptions& options) {
   if (options.device >= 0 && !GpuPathMissing().empty()) {
     return Status::Unavailable("--device cuda:" + std::to_string(options.device) + ": " + GpuPathMissing());
+  }
+  if (options.blas_threads < 1) {
+    return Status::InvalidArgument("--blas_threads " + std::to_string(options.blas_threads) + ": at least 1");
+  }
+  if (!options.metrics_file.empty()) {
+    // Checked before the job counts on this trainer, not at its first step
+    // (the file is written from the start of training).
+    std::ofstream probe(options.metrics_file, std::ios::app);
+    if (!probe) return Status::Unavailable("cannot write metrics file " + options.metrics_file);
   }
   std::unique_ptr<Trainer> t(new Trainer());
   t->options_ = options;
