@@ -132,6 +132,12 @@ int main(int argc, char** argv) {
       }
       command.ps = static_cast<int>(std::min<long>(id, INT32_MAX));
     }
+    // The master's own check, here: a mistyped command is named at once,
+    // whether or not a master answers.
+    if (auto valid = tessera::Command::Parse(command.ToJson()); !valid.ok()) {
+      LOG(ERROR) << "--control: " << valid.status();
+      return 1;
+    }
     auto reply = (*client)->CallSync(*peer, tessera::EncodeJson(tessera::Opcode::kCommand, command.ToJson()),
                                      std::chrono::milliseconds(10000));
     if (!reply.ok()) {

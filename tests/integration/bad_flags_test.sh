@@ -70,4 +70,6 @@ expect "master: a negative count of servers" "--num_ps -1 --num_trainers 0: nega
   "$MASTER" "${master_flags[@]}" --bind tcp://127.0.0.1:0 --num_ps -1
 expect "operator: a master address that is not tcp://" "is not an address of the form tcp://HOST:PORT" -- \
   "$MASTER" --insecure --control status --master notanaddress
+expect "operator: a command no master knows" "unknown command 'chekpoint' (known: checkpoint, remove_ps)" -- \
+  "$MASTER" --insecure --control chekpoint --master "$NOBODY"
 [ "$FAILURES" -eq 0 ] || { echo "$FAILURES failure(s)"; exit 1; }
