@@ -256,6 +256,14 @@ if ! is_count "$MAX_RESTARTS"; then
   echo "launch_local: --max_restarts needs a number >= 0, not '$MAX_RESTARTS'" >&2
   exit 2
 fi
+# The master takes 0 servers or trainers to mean the config's counts, so
+# the job would wait for members this script never starts.
+for count in "--ps $NUM_PS" "--trainers $NUM_TRAINERS" "--timeout_s $TIMEOUT_S"; do
+  if ! is_count "${count#* }" || [ "${count#* }" -lt 1 ]; then
+    echo "launch_local: ${count% *} needs a number >= 1, not '${count#* }'" >&2
+    exit 2
+  fi
+done
 if [ "$TRAINER_CPUS" != split ] && [ "$TRAINER_CPUS" != all ]; then
   echo "launch_local: --trainer_cpus takes split or all, not '$TRAINER_CPUS'" >&2
   exit 2

@@ -6,7 +6,8 @@
 # master that cannot exist, no job
 # that fails only after training (a summary file that cannot be written).
 # Every run is bounded by `timeout`; nothing listens for them, so none joins
-# a job. Prints PASS/FAIL lines; exits non-zero on a failure.
+# a job. Then scripts/launch_local.sh with counts that would leave a job
+# waiting for members it never starts (the master reads 0 as the config's). Prints PASS/FAIL lines; exits non-zero on a failure.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="${TESSERA_BUILD_DIR:-$ROOT/build}"
@@ -72,4 +73,16 @@ expect "operator: a master address that is not tcp://" "is not an address of the
   "$MASTER" --insecure --control status --master notanaddress
 expect "operator: a command no master knows" "unknown command 'chekpoint' (known: checkpoint, remove_ps)" -- \
   "$MASTER" --insecure --control chekpoint --master "$NOBODY"
+for bad in "--ps 0" "--trainers 0" "--timeout_s abc"; do
+  # shellcheck disable=SC2086  # the option and its value
+  out="$(timeout 30 "$ROOT/scripts/launch_local.sh" $bad --config "$CONFIG" --run_dir "$dir/launch" --insecure 2>&1)"
+  rc=$?
+  if [ "$rc" -eq 2 ] && grep -qF -- "${bad% *} needs a number >= 1, not '${bad#* }'" <<<"$out"; then
+    echo "PASS: launch_local.sh $bad is refused"
+  else
+    echo "FAIL: launch_local.sh $bad: exit $rc (want 2):"
+    tail -n 5 <<<"$out" | sed 's/^/    /'
+    FAILURES=$((FAILURES + 1))
+  fi
+done
 [ "$FAILURES" -eq 0 ] || { echo "$FAILURES failure(s)"; exit 1; }
