@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -35,7 +34,7 @@ StatusOr<std::string> ReadKeyFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
     if (errno == ENOENT) return Status::NotFound(path + " does not exist");
-    return Status::Unavailable("cannot read " + path + ": " + std::strerror(errno));
+    return ErrnoStatus("cannot read " + path);
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -50,11 +49,11 @@ StatusOr<std::string> ReadKeyFile(const std::string& path) {
 
 Status WriteKeyFile(const std::string& path, const std::string& key, mode_t mode) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, mode);
-  if (fd < 0) return Status::Unavailable("cannot create " + path + ": " + std::strerror(errno));
+  if (fd < 0) return ErrnoStatus("cannot create " + path);
   const std::string line = key + "\n";
   const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
   const bool closed = ::close(fd) == 0;
-  if (!ok || !closed) return Status::Unavailable("cannot write " + path + ": " + std::strerror(errno));
+  if (!ok || !closed) return ErrnoStatus("cannot write " + path);
   return Status::OK();
 }
 
@@ -105,7 +104,7 @@ StatusOr<std::shared_ptr<const JobKeys>> JobKeys::Load(const std::string& dir, R
 
 Status JobKeys::Write(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return Status::Unavailable("cannot create " + dir + ": " + std::strerror(errno));
+    return ErrnoStatus("cannot create " + dir);
   }
   for (int i = 0; i < kNumRoles; ++i) {
     for (const char* kind : {"public", "secret"}) {

@@ -131,10 +131,10 @@ Status WriteParamFile(const std::string& path, const std::vector<ParamArray>& ar
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::Unavailable("cannot write " + tmp);
+    if (!out) return ErrnoStatus("cannot write " + tmp);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.flush();
-    if (!out) return Status::ResourceExhausted("short write to " + tmp + " (disk full?)");
+    if (!out) return ErrnoStatus("writing " + tmp);
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);

@@ -30,6 +30,15 @@ TEST(ParamFileTest, RoundTrip) {
   EXPECT_EQ(FindParam(*back, "nope"), nullptr);
 }
 
+// A write that fails says why, in errno's words (ErrnoStatus), as every
+// other file the job writes does.
+TEST(ParamFileTest, AFailedWriteNamesTheCause) {
+  const std::string path = TempPath("no_such_folder/a.params");
+  Status st = WriteParamFile(path, {ParamArray::Floats("w", 1, 2, {1, 2})});
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
+  EXPECT_NE(st.message().find("No such file or directory"), std::string::npos) << st;
+}
+
 TEST(ParamFileTest, DamageIsDetected) {
   const std::string path = TempPath("b.params");
   ASSERT_TRUE(WriteParamFile(path, {ParamArray::Floats("w", 1, 4, {1, 2, 3, 4})}).ok());
