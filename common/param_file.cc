@@ -1,9 +1,9 @@
 #include "common/param_file.h"
 
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
+
+#include "common/replace_file.h"
 
 namespace tessera {
 namespace {
@@ -128,18 +128,7 @@ StatusOr<std::string> EncodeParams(const std::vector<ParamArray>& arrays) {
 
 Status WriteParamFile(const std::string& path, const std::vector<ParamArray>& arrays) {
   TESSERA_ASSIGN_OR_RETURN(std::string bytes, EncodeParams(arrays));
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return ErrnoStatus("cannot write " + tmp);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) return ErrnoStatus("writing " + tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::Unavailable("cannot rename " + tmp + " to " + path + ": " + ec.message());
-  return Status::OK();
+  return ReplaceFile(path, bytes);
 }
 
 StatusOr<std::vector<ParamArray>> ReadParamFile(const std::string& path) {

@@ -1,5 +1,7 @@
 #include "common/param_file.h"
 
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -37,6 +39,26 @@ TEST(ParamFileTest, AFailedWriteNamesTheCause) {
   Status st = WriteParamFile(path, {ParamArray::Floats("w", 1, 2, {1, 2})});
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
   EXPECT_NE(st.message().find("No such file or directory"), std::string::npos) << st;
+}
+
+// Written by a rename over the path: a link or a device there is refused,
+// not replaced by a regular file (as root, write_params("/dev/stdout")
+// would have replaced the link for every later process). A FIFO stands in
+// for a device: were the check gone, only this test's folder would change.
+TEST(ParamFileTest, ALinkOrADeviceIsNotReplaced) {
+  const std::string target = TempPath("target.params"), link = TempPath("link.params"), fifo = TempPath("fifo");
+  ASSERT_TRUE(WriteParamFile(target, {ParamArray::Floats("w", 1, 1, {1})}).ok());
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(target, link);
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {link, fifo}) {
+    Status st = WriteParamFile(path, {ParamArray::Floats("w", 1, 2, {1, 2})});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << path << ": " << st;
+    EXPECT_NE(st.message().find("is not a regular file"), std::string::npos) << st;
+  }
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
 }
 
 TEST(ParamFileTest, DamageIsDetected) {

@@ -19,6 +19,7 @@
 #include "common/job_keys.h"
 #include "common/control_messages.h"
 #include "common/messages.h"
+#include "common/replace_file.h"
 #include "common/metrics_http.h"
 #include "common/rpc_client.h"
 #include "common/signal_watcher.h"
@@ -246,12 +247,10 @@ int main(int argc, char** argv) {
   std::cout << "[master] listening on " << (*master)->endpoint()
             << (*keys ? " (CURVE: encrypted, the job's keys only)" : " (INSECURE: plain TCP)") << std::endl;
   if (!FLAGS_endpoint_file.empty()) {
-    const std::string tmp = FLAGS_endpoint_file + ".tmp";
-    std::ofstream out(tmp);
-    out << (*master)->endpoint() << "\n";
-    out.close();
-    if (!out || std::rename(tmp.c_str(), FLAGS_endpoint_file.c_str()) != 0) {
-      std::cout << "[master] JOB FAILED: " << tessera::ErrnoStatus("cannot write " + FLAGS_endpoint_file) << std::endl;
+    // Whole or not at all: a launcher reads it as soon as it appears.
+    tessera::Status written = tessera::ReplaceFile(FLAGS_endpoint_file, (*master)->endpoint() + "\n");
+    if (!written.ok()) {
+      std::cout << "[master] JOB FAILED: " << written << std::endl;
       return 1;
     }
   }

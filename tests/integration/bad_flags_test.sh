@@ -70,6 +70,11 @@ expect "master: a summary file in a missing folder" "cannot write $dir/missing/s
   "$MASTER" "${master_flags[@]}" --bind tcp://127.0.0.1:0 --summary_file "$dir/missing/summary.json"
 expect "master: an endpoint file in a missing folder" "cannot write $dir/missing/endpoint" -- \
   "$MASTER" "${master_flags[@]}" --bind tcp://127.0.0.1:0 --endpoint_file "$dir/missing/endpoint"
+# A FIFO stands in for a device (/dev/stdout): were the check gone, the
+# rename would replace only this test's FIFO.
+mkfifo "$dir/fifo"
+expect "master: an endpoint file that is not a regular file" "cannot write $dir/fifo: it exists and is not a regular" -- \
+  "$MASTER" "${master_flags[@]}" --bind tcp://127.0.0.1:0 --endpoint_file "$dir/fifo"
 expect "master: a negative count of servers" "--num_ps -1 --num_trainers 0: negative" -- \
   "$MASTER" "${master_flags[@]}" --bind tcp://127.0.0.1:0 --num_ps -1
 expect "operator: a master address that is not tcp://" "is not an address of the form tcp://HOST:PORT" -- \
