@@ -6,6 +6,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "common/flag_help.h"
 #include "master/checkpoint_export.h"
 
 DEFINE_string(checkpoint, "", "A checkpoint folder (ckpt-<step>), or a job's checkpoint.dir: its newest usable one");
@@ -18,6 +19,7 @@ DEFINE_int64(memory_mb, 256, "Rows of a table assembled in memory at once (MiB)"
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("tessera_export --checkpoint DIR --format safetensors|npy --out OUT");
+  tessera::ShowOwnFlagsIfAsked(argc, argv);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);

@@ -16,6 +16,7 @@
 #include <glog/logging.h>
 
 #include "common/connection_flags.h"
+#include "common/flag_help.h"
 #include "common/job_keys.h"
 #include "common/control_messages.h"
 #include "common/messages.h"
@@ -95,6 +96,7 @@ class SignalHandling {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("tessera_master --config job.json [--bind tcp://0.0.0.0:5555]");
+  tessera::ShowOwnFlagsIfAsked(argc, argv);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;

@@ -14,6 +14,7 @@
 #include <glog/logging.h>
 
 #include "common/connection_flags.h"
+#include "common/flag_help.h"
 #include "common/metrics_http.h"
 #include "common/net_address.h"
 #include "common/signal_watcher.h"
@@ -69,6 +70,7 @@ DEFINE_string(test_crash_on, "",
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("tessera_ps --master tcp://HOST:PORT [--bind tcp://0.0.0.0:0 --advertise_host HOST]");
+  tessera::ShowOwnFlagsIfAsked(argc, argv);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;

@@ -8,6 +8,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "common/flag_help.h"
 #include "common/metrics_http.h"
 #include "common/net_address.h"
 #include "kernels/blas_core.h"
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   // May run this program again, on OpenBLAS kernels that suit the CPU.
   const std::string blas_note = tessera::kernels::RunOnBetterBlasCore(argv);
   gflags::SetUsageMessage("tessera_trainer --master tcp://HOST:PORT --rank R --world W [--metrics_file F]");
+  tessera::ShowOwnFlagsIfAsked(argc, argv);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (FLAGS_print_blas_core) {
     std::printf("%s\n", tessera::kernels::BlasCoreName().c_str());

@@ -7,7 +7,8 @@
 # that fails only after training (a summary file that cannot be written).
 # Every run is bounded by `timeout`; nothing listens for them, so none joins
 # a job. Then scripts/launch_local.sh with counts that would leave a job
-# waiting for members it never starts (the master reads 0 as the config's). Prints PASS/FAIL lines; exits non-zero on a failure.
+# waiting for members it never starts (the master reads 0 as the config's),
+# and each role's --help, which lists its own flags. Prints PASS/FAIL lines; exits non-zero on a failure.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="${TESSERA_BUILD_DIR:-$ROOT/build}"
@@ -85,5 +86,22 @@ for bad in "--ps 0" "--trainers 0" "--timeout_s abc"; do
   # shellcheck disable=SC2086  # the option and its value
   expect "launch_local.sh $bad is refused" "${bad% *} needs a number >= 1, not '${bad#* }'" 2 -- \
     "$ROOT/scripts/launch_local.sh" $bad --config "$CONFIG" --run_dir "$dir/launch" --insecure
+done
+# --help and -h: the role's own flags, not the 150 of glog, gflags and
+# RocksDB's tools that gflags' own --help lists first.
+for bin in "$MASTER" "$PS" "$TRAINER" "$BUILD/master/tessera_export"; do
+  for flag in --help -h; do
+    out="$("$bin" "$flag" 2>&1)"
+    rc=$?
+    name="$(basename "$bin")"
+    if [ "$rc" -eq 0 ] && grep -q "^usage: $name" <<<"$out" && grep -q -- "^    --" <<<"$out" &&
+      ! grep -q "block_cache\|alsologtostderr" <<<"$out"; then
+      echo "PASS: $name $flag lists its own flags"
+    else
+      echo "FAIL: $name $flag: exit $rc, $(wc -l <<<"$out") lines:"
+      head -n 5 <<<"$out" | sed 's/^/    /'
+      FAILURES=$((FAILURES + 1))
+    fi
+  done
 done
 [ "$FAILURES" -eq 0 ] || { echo "$FAILURES failure(s)"; exit 1; }
