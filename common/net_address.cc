@@ -28,10 +28,6 @@ Status SplitEndpoint(const std::string& endpoint, std::string* host, std::string
   return Status::OK();
 }
 
-}  // namespace
-
-namespace {
-
 // tcp://HOST:PORT with a host and a port in [lowest, 65535] (or "*", where
 // any_port: a port the system picks).
 Status CheckTcpEndpoint(const std::string& endpoint, int lowest, bool any_port) {
@@ -51,14 +47,6 @@ Status CheckTcpEndpoint(const std::string& endpoint, int lowest, bool any_port) 
   }
   return Status::OK();
 }
-
-}  // namespace
-
-Status CheckPeerEndpoint(const std::string& endpoint) { return CheckTcpEndpoint(endpoint, 1, false); }
-
-Status CheckBindEndpoint(const std::string& endpoint) { return CheckTcpEndpoint(endpoint, 0, true); }
-
-namespace {
 
 // The IPv4 addresses `host` resolves to.
 StatusOr<std::vector<std::string>> Resolve(const std::string& host) {
@@ -86,6 +74,10 @@ std::string Join(const std::vector<std::string>& v) {
 }
 
 }  // namespace
+
+Status CheckPeerEndpoint(const std::string& endpoint) { return CheckTcpEndpoint(endpoint, 1, false); }
+
+Status CheckBindEndpoint(const std::string& endpoint) { return CheckTcpEndpoint(endpoint, 0, true); }
 
 StatusOr<std::string> LocalAddressToward(const std::string& endpoint) {
   std::string host, port;

@@ -14,7 +14,6 @@
 #include <glog/logging.h>
 
 #include "common/net_address.h"
-
 #include "common/rpc_internal.h"
 #include "common/zmq_transport.h"
 

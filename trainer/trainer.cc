@@ -58,7 +58,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Start(const TrainerOptions& options)
     // Checked before the job counts on this trainer, not at its first step
     // (the file is written from the start of training).
     std::ofstream probe(options.metrics_file, std::ios::app);
-    if (!probe) return Status::Unavailable("cannot write metrics file " + options.metrics_file);
+    if (!probe) return ErrnoStatus("cannot write metrics file " + options.metrics_file);
   }
   std::unique_ptr<Trainer> t(new Trainer());
   t->options_ = options;
